@@ -1,0 +1,70 @@
+"""`ExecutionResult`: what running one program on one example produced (plain JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STATUSES: tuple[str, ...] = (
+    "ok",
+    "syntax_error",
+    "runtime_error",
+    "timeout",
+    "memory_limit",
+    "output_limit",
+    "rpc_limit",
+    "killed",
+    "bad_return",
+    "infra_error",  # *our* failure (tool host down, sandbox setup failed): never scored, masked by the trainer
+)
+PROGRAM_FAILURES = frozenset(STATUSES) - {"ok", "infra_error"}
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call of a program, for traces: name, arguments, a short result, cache hit, time."""
+
+    tool: str
+    args: dict[str, Any]
+    box: list[int] | None
+    result: str
+    cached: bool = False
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> ToolCallRecord:
+        return cls(**row)
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    example_id: str
+    program_key: str
+    status: str
+    answer: Any = None
+    error: str | None = None
+    duration_s: float = 0.0
+    tool_calls: tuple[ToolCallRecord, ...] = field(default_factory=tuple)
+    stdout: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown execution status {self.status!r}; valid: {STATUSES}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tool_calls"] = [c.to_json() for c in self.tool_calls]
+        return out
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> ExecutionResult:
+        row = dict(row)
+        row["tool_calls"] = tuple(ToolCallRecord.from_json(c) for c in row.get("tool_calls", ()))
+        return cls(**row)

@@ -1,0 +1,53 @@
+"""Tool stacks: a YAML file (`configs/tools/*.yaml`) naming a backend and its settings."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from executor.tools.base import ImageStore, ToolBackend
+
+# Imported lazily: the `hf` backend pulls in torch and transformers, which the sandbox never needs.
+BACKENDS: dict[str, str] = {
+    "oracle": "executor.tools.oracle:OracleBackend",
+    "shapes": "executor.tools.shapes:ShapesBackend",
+    "hf": "executor.tools.hf:HFBackend",
+}
+
+
+def backend_class(name: str) -> type[ToolBackend]:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown tool backend {name!r}; valid backends: {sorted(BACKENDS)}")
+    module, attr = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def read_tool_stack(path: str | Path) -> dict[str, Any]:
+    """Read and check a tool-stack YAML; relative paths inside it are resolved against the file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"tool stack {path} does not exist (stacks live in configs/tools/*.yaml)")
+    with open(path, encoding="utf-8") as fh:
+        config = yaml.safe_load(fh) or {}
+    if not isinstance(config, dict) or "backend" not in config:
+        raise ValueError(f"{path}: a tool stack must be a mapping with a 'backend' key ({sorted(BACKENDS)})")
+    config["_source"] = str(path)
+    return config
+
+
+def build_backend(config: dict[str, Any] | str | Path, images: ImageStore | None = None,
+                  **overrides: Any) -> ToolBackend:
+    """Instantiate the backend a stack names; `overrides` replace settings (e.g. scene graphs)."""
+    if not isinstance(config, dict):
+        config = read_tool_stack(config)
+    settings = {k: v for k, v in config.items() if k not in ("backend", "_source")}
+    settings.update(overrides)
+    cls = backend_class(config["backend"])
+    try:
+        return cls(images or ImageStore(), **settings)
+    except TypeError as exc:
+        where = config.get("_source", "tool stack")
+        raise ValueError(f"{where}: bad settings for the {config['backend']!r} backend: {exc}") from None

@@ -1,0 +1,1 @@
+"""Reward modules: correctness, visual unit tests, verifiers and their composition."""

@@ -1,0 +1,187 @@
+"""Dataset-aware correctness of a program's answer against an `Example`'s references.
+
+`correctness(example, answer)` returns a score in [0, 1]. Dispatch:
+
+- task `vqa`, dataset VQAv2 or OK-VQA (`vqav2`, `okvqa`; names compare lower-cased with
+  non-alphanumerics dropped, so "OK-VQA" and "vqa_v2" count): VQA soft accuracy over the annotator
+  answers. With fewer than 4 references no answer could reach 1 under that formula (a
+  leave-one-out subset then holds at most 2 matches), so such examples fall back to exact match
+  (documented choice: a single-reference "VQAv2" row must not cap the reward at 0).
+- task `vqa` for every other dataset (GQA, the shapes world, anything unknown) and task
+  `video_qa` (NExT-QA-style multiple choice: the chosen option text must equal the reference):
+  exact match after the official normalisation against any reference.
+- task `itm` (Winoground, SugarCREPE, shapes matching): the answer folded to yes/no must equal the
+  reference; anything that does not fold to yes/no scores 0.
+- task `grounding` (RefCOCO family): continuous IoU with `example.box`, the denser signal for RL;
+  `grounding_scores` also gives accuracy at IoU >= 0.5, the standard REC accuracy.
+
+Answers are plain JSON from the executor: str, number, bool, None, list, or a box
+`{"box": [left, lower, right, upper]}` (pixels, origin bottom-left; extra keys such as "category"
+are allowed). An answer of the wrong kind for the task scores 0; a malformed *example* (no
+references, a non-yes/no ITM reference, a grounding row without a box) raises ValueError, because
+that is our data's fault, not the program's.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Sequence
+from typing import Any
+
+from data.records import Example
+from rewards.answer_normalization import answer_to_text, normalize_answer
+
+__all__ = [
+    "SOFT_ACCURACY_DATASETS",
+    "correctness",
+    "exact_match",
+    "grounding_scores",
+    "iou",
+    "parse_box",
+    "vqa_soft_accuracy",
+    "yes_no",
+]
+
+SOFT_ACCURACY_DATASETS: frozenset[str] = frozenset({"vqav2", "okvqa"})
+# Below this many references the soft-accuracy formula cannot reach 1 (see module docstring).
+_MIN_SOFT_REFERENCES = 4
+IOU_THRESHOLD = 0.5
+
+Box = tuple[float, float, float, float]
+
+
+def _dataset_key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def vqa_soft_accuracy(answer: Any, answers: Sequence[str]) -> float:
+    """VQAv2 accuracy: the mean over leave-one-out subsets of min(#matches among the others / 3, 1).
+
+    With the usual ten annotator answers this is the official metric: 3 matching annotators give
+    0.9, 2 give 0.6, 1 gives 0.3, 4 or more give 1. With n < 10 references the same formula runs
+    over the n subsets of n - 1, so the best reachable score is min((n - 1) / 3, 1). Both sides are
+    normalised here; the official script relies on the released annotations being normalised
+    already, and normalising them again leaves them unchanged.
+    """
+    if not answers:
+        raise ValueError("vqa_soft_accuracy needs at least one reference answer")
+    text = answer_to_text(answer)
+    if text is None:
+        return 0.0
+    predicted = normalize_answer(text)
+    matches = [normalize_answer(ref) == predicted for ref in answers]
+    total = sum(matches)
+    # Leaving out a matching reference removes one match from the others; leaving out another doesn't.
+    return sum(min((total - m) / 3.0, 1.0) for m in matches) / len(matches)
+
+
+def exact_match(answer: Any, answers: Sequence[str]) -> float:
+    """1.0 when the normalised answer equals any normalised reference (GQA's metric), else 0.0."""
+    if not answers:
+        raise ValueError("exact_match needs at least one reference answer")
+    text = answer_to_text(answer)
+    if text is None:
+        return 0.0
+    predicted = normalize_answer(text)
+    return float(any(normalize_answer(ref) == predicted for ref in answers))
+
+
+def yes_no(answer: Any) -> str | None:
+    """Fold an answer to "yes" / "no" ignoring case, surrounding space and punctuation; else None.
+
+    `True`/`False` fold to yes/no; numbers do not (1 is not an answer to a yes/no question).
+    """
+    if isinstance(answer, bool):
+        return "yes" if answer else "no"
+    if not isinstance(answer, str):
+        return None
+    folded = answer.strip().lower().strip(string.punctuation + string.whitespace)
+    return folded if folded in ("yes", "no") else None
+
+
+def _itm_accuracy(example: Example, answer: Any) -> float:
+    if not example.answers:
+        raise ValueError(f"Example {example.id!r} ({example.dataset}): ITM example has no reference answer")
+    references = set()
+    for ref in example.answers:
+        folded = yes_no(ref)
+        if folded is None:
+            raise ValueError(f"Example {example.id!r} ({example.dataset}): ITM reference {ref!r} is not yes/no")
+        references.add(folded)
+    return float(yes_no(answer) in references)
+
+
+def _check_box(box: Sequence[Any], what: str) -> Box:
+    if isinstance(box, str | bytes) or not isinstance(box, Sequence) or len(box) != 4:
+        raise ValueError(f"{what}: a box is 4 numbers (left, lower, right, upper), got {box!r}")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in box):
+        raise ValueError(f"{what}: box coordinates must be numbers, got {box!r}")
+    left, lower, right, upper = (float(v) for v in box)
+    if not all(math.isfinite(v) for v in (left, lower, right, upper)):
+        raise ValueError(f"{what}: box coordinates must be finite, got {box!r}")
+    if left > right or lower > upper:
+        raise ValueError(f"{what}: box needs left <= right and lower <= upper, got {box!r}")
+    return left, lower, right, upper
+
+
+def iou(box_a: Sequence[float], box_b: Sequence[float]) -> float:
+    """Intersection over union of two (left, lower, right, upper) boxes; 0.0 when the union is empty.
+
+    The formula is the same for bottom-left and top-left origins, as long as both boxes share one.
+    Malformed boxes (wrong length, non-finite, inverted) raise ValueError.
+    """
+    a = _check_box(box_a, "iou box_a")
+    b = _check_box(box_b, "iou box_b")
+    inter_w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    inter_h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = inter_w * inter_h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    if union <= 0.0:
+        return 0.0
+    # Rounding can push the ratio a hair past 1 for identical boxes with large coordinates.
+    return min(1.0, max(0.0, inter / union))
+
+
+def parse_box(answer: Any) -> Box | None:
+    """The box in a program answer `{"box": [left, lower, right, upper], ...}`, or None if it has none.
+
+    A malformed box (wrong length, non-numbers, non-finite, inverted) is the program's fault, so it
+    yields None (scored 0) rather than an error.
+    """
+    if not isinstance(answer, dict) or "box" not in answer:
+        return None
+    try:
+        return _check_box(answer["box"], "answer")
+    except ValueError:
+        return None
+
+
+def grounding_scores(example: Example, answer: Any) -> dict[str, float]:
+    """`{"iou": IoU with example.box, "acc50": 1.0 if IoU >= 0.5 else 0.0}`; both 0 for a non-box answer."""
+    if example.box is None:
+        raise ValueError(f"Example {example.id!r} ({example.dataset}): grounding example has no box")
+    predicted = parse_box(answer)
+    if predicted is None:
+        return {"iou": 0.0, "acc50": 0.0}
+    overlap = iou(predicted, _check_box(example.box, f"Example {example.id!r} box"))
+    return {"iou": overlap, "acc50": float(overlap >= IOU_THRESHOLD)}
+
+
+def correctness(example: Example, answer: Any) -> float:
+    """Score a program's answer for `example` in [0, 1], by task and dataset (see module docstring)."""
+    if example.task == "grounding":
+        return grounding_scores(example, answer)["iou"]
+    if example.task == "itm":
+        return _itm_accuracy(example, answer)
+    if example.task in ("vqa", "video_qa"):
+        if not example.answers:
+            raise ValueError(f"Example {example.id!r} ({example.dataset}): no reference answers to score against")
+        soft = (
+            example.task == "vqa"
+            and _dataset_key(example.dataset) in SOFT_ACCURACY_DATASETS
+            and len(example.answers) >= _MIN_SOFT_REFERENCES
+        )
+        return vqa_soft_accuracy(answer, example.answers) if soft else exact_match(answer, example.answers)
+    # Example validates its task on construction, so this only fires if TASKS grows without us.
+    raise ValueError(f"Example {example.id!r}: no correctness rule for task {example.task!r}")

@@ -1,0 +1,1 @@
+"""Training: prompts, generation, RL entry point, ReST loop, export, ACEs and evaluation."""
