@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from abc import ABC
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -175,7 +174,7 @@ class ImageStore:
         return ref in self._by_ref
 
 
-class ToolBackend(ABC):
+class ToolBackend:
     """Base class of tool backends. Subclasses implement the tools they support as batched methods
     `detect(calls) -> list`, `vqa(calls) -> list`, ... each returning one JSON result per call.
     """

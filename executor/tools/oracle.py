@@ -177,4 +177,5 @@ class OracleBackend(ToolBackend):
         return out
 
 
-_STOP = frozenset("a an the of in on at to is are there with and photo image picture this that".split())
+_STOP = frozenset({"a", "an", "the", "of", "in", "on", "at", "to", "is", "are", "there", "with", "and", "photo", "image",
+                   "picture", "this", "that"})
