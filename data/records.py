@@ -7,9 +7,9 @@ JSON (`to_json` / `from_json`), never pickle.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 TASKS = ("vqa", "itm", "grounding", "video_qa")

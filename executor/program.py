@@ -56,8 +56,11 @@ def extract_program(text: str) -> str:
         return text.strip("\n")
     # Keep imports and helper functions written just before the entry point.
     head = start
-    while head > 0 and (lines[head - 1].strip() == "" or lines[head - 1][:1] in (" ", "\t")
-                        or lines[head - 1].startswith(("def ", "import ", "from ", "@"))):
+    while head > 0 and (
+        lines[head - 1].strip() == ""
+        or lines[head - 1][:1] in (" ", "\t")
+        or lines[head - 1].startswith(("def ", "import ", "from ", "@"))
+    ):
         head -= 1
     end = start + 1
     while end < len(lines) and (lines[end].strip() == "" or lines[end][:1] in (" ", "\t", "#")):
@@ -135,10 +138,14 @@ def to_plain(value: Any) -> Any:
             items = list.__iter__(v) if isinstance(v, list) else tuple.__iter__(v)
             return [conv(x, depth + 1) for x in items]
         if type(v) is dict:
-            return {str.__str__(k) if isinstance(k, str) else str(conv(k, depth + 1)): conv(x, depth + 1)
-                    for k, x in dict.items(v)}
-        raise BadReturn(f"execute_command returned a {type(v).__name__}, which is not an answer "
-                        "(return a str, number, bool, ImagePatch or a list of them)")
+            return {
+                str.__str__(k) if isinstance(k, str) else str(conv(k, depth + 1)): conv(x, depth + 1)
+                for k, x in dict.items(v)
+            }
+        raise BadReturn(
+            f"execute_command returned a {type(v).__name__}, which is not an answer "
+            "(return a str, number, bool, ImagePatch or a list of them)"
+        )
 
     return conv(value, 0)
 
@@ -160,8 +167,9 @@ def call_arguments(fn, inputs: dict[str, Any]) -> dict[str, Any]:
         elif i == 0 and visual is not None:
             kwargs[name] = visual
         elif param.default is inspect.Parameter.empty and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise TypeError(f"{ENTRY}() has a parameter {name!r} that the task does not provide; "
-                            f"available: {sorted(inputs)}")
+            raise TypeError(
+                f"{ENTRY}() has a parameter {name!r} that the task does not provide; available: {sorted(inputs)}"
+            )
     return kwargs
 
 

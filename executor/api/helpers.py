@@ -40,7 +40,9 @@ def distance(patch_a: ImagePatch, patch_b: ImagePatch) -> float:
     >>> return min(cups, key=lambda cup: distance(cup, laptop))
     """
     if not isinstance(patch_a, ImagePatch) or not isinstance(patch_b, ImagePatch):
-        raise TypeError(f"distance() expects two ImagePatch, got {type(patch_a).__name__} and {type(patch_b).__name__}")
+        raise TypeError(
+            f"distance() expects two ImagePatch, got {type(patch_a).__name__} and {type(patch_b).__name__}"
+        )
     dx = max(patch_b.left - patch_a.right, patch_a.left - patch_b.right, 0)
     dy = max(patch_b.lower - patch_a.upper, patch_a.lower - patch_b.upper, 0)
     if dx == 0 and dy == 0:
@@ -53,7 +55,7 @@ def distance(patch_a: ImagePatch, patch_b: ImagePatch) -> float:
 
 
 def bool_to_yesno(bool_answer: bool) -> str:
-    """"yes" if the value is true, "no" otherwise.
+    """ "yes" if the value is true, "no" otherwise.
 
     >>> return bool_to_yesno(image_patch.exists("cat"))
     """
@@ -72,8 +74,19 @@ def coerce_to_numeric(string, no_string: bool = False):
     text = str(string).replace(",", "")
     match = re.search(r"-?\d+(?:\.\d+)?", text)
     if match is None:
-        words = {"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-                 "eight": 8, "nine": 9, "ten": 10}
+        words = {
+            "zero": 0,
+            "one": 1,
+            "two": 2,
+            "three": 3,
+            "four": 4,
+            "five": 5,
+            "six": 6,
+            "seven": 7,
+            "eight": 8,
+            "nine": 9,
+            "ten": 10,
+        }
         for word in re.findall(r"[a-z]+", text.lower()):
             if word in words:
                 return words[word]
@@ -128,6 +141,8 @@ def process_guesses(question: str, guess1: str = None, guess2: str = None) -> st
     guesses = [g for g in (guess1, guess2) if g]
     if len(guesses) < 2 or guesses[0].strip().lower() == guesses[1].strip().lower():
         return guesses[0] if guesses else ""
-    prompt = (f"Question: {question}\nTwo candidate answers: '{guesses[0]}' and '{guesses[1]}'.\n"
-              "Give the better short answer.")
+    prompt = (
+        f"Question: {question}\nTwo candidate answers: '{guesses[0]}' and '{guesses[1]}'.\n"
+        "Give the better short answer."
+    )
     return str(current_client().call("llm", None, None, {"prompt": prompt}))

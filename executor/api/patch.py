@@ -53,8 +53,9 @@ class ImagePatch:
     crop_left_of_bbox / crop_right_of_bbox / crop_above_bbox / crop_below_bbox(left, lower, right, upper) -> ImagePatch
     """
 
-    def __init__(self, image, left: int = None, lower: int = None, right: int = None, upper: int = None,
-                 category: str = None):
+    def __init__(
+        self, image, left: int = None, lower: int = None, right: int = None, upper: int = None, category: str = None
+    ):
         """Make a patch of `image` with the given borders (original-image coordinates); with no
         borders the patch is the whole image.
 
@@ -80,8 +81,10 @@ class ImagePatch:
         if all(v is None for v in given):
             box = (0, 0, image.width, image.height)
         elif any(v is None for v in given):
-            raise ValueError(f"ImagePatch needs all four borders or none, got left={left}, lower={lower}, "
-                             f"right={right}, upper={upper}")
+            raise ValueError(
+                f"ImagePatch needs all four borders or none, got left={left}, lower={lower}, "
+                f"right={right}, upper={upper}"
+            )
         else:
             box = check_box(tuple(_as_int("ImagePatch", v) for v in given), image.width, image.height)
         self.left, self.lower, self.right, self.upper = box
@@ -110,7 +113,7 @@ class ImagePatch:
         if self._cropped is None:
             pixels = self._source.pixels()
             rows = slice(self._source.height - self.upper, self._source.height - self.lower)
-            self._cropped = np.ascontiguousarray(pixels[rows, self.left:self.right].transpose(2, 0, 1))
+            self._cropped = np.ascontiguousarray(pixels[rows, self.left : self.right].transpose(2, 0, 1))
         return self._cropped
 
     def _tool(self, tool: str, **args: Any) -> Any:
@@ -199,8 +202,9 @@ class ImagePatch:
         box = [_as_int("crop", v) for v in (left, lower, right, upper)]
         box = (max(box[0], self.left), max(box[1], self.lower), min(box[2], self.right), min(box[3], self.upper))
         if box[0] >= box[2] or box[1] >= box[3]:
-            raise ValueError(f"crop (left={left}, lower={lower}, right={right}, upper={upper}) does not overlap "
-                             f"the patch {self}")
+            raise ValueError(
+                f"crop (left={left}, lower={lower}, right={right}, upper={upper}) does not overlap the patch {self}"
+            )
         return ImagePatch(self._source, *box)
 
     def overlaps_with(self, left: int, lower: int, right: int, upper: int) -> bool:
@@ -262,9 +266,22 @@ class ImagePatch:
         # Only reached for names that do not exist: answer with the real ones nearby.
         if name.startswith("__"):
             raise AttributeError(name)
-        raise unknown_attribute("ImagePatch", name, [n for n in dir(type(self)) if not n.startswith("_")]
-                                + ["left", "lower", "right", "upper", "width", "height", "horizontal_center",
-                                   "vertical_center", "category"])
+        raise unknown_attribute(
+            "ImagePatch",
+            name,
+            [n for n in dir(type(self)) if not n.startswith("_")]
+            + [
+                "left",
+                "lower",
+                "right",
+                "upper",
+                "width",
+                "height",
+                "horizontal_center",
+                "vertical_center",
+                "category",
+            ],
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ImagePatch) and self._key() == other._key()

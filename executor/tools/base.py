@@ -87,7 +87,9 @@ class ToolCall:
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> ToolCall:
         box = row.get("box")
-        return cls(row["tool"], row.get("image"), tuple(int(v) for v in box) if box else None, dict(row.get("args") or {}))
+        return cls(
+            row["tool"], row.get("image"), tuple(int(v) for v in box) if box else None, dict(row.get("args") or {})
+        )
 
     def cache_key(self, backend_hash: str) -> str:
         """Content key: same tool, backend config, image, region and arguments => same answer."""

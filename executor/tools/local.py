@@ -35,8 +35,16 @@ class LocalToolClient:
         result = self.cache[key] if cached else self.backend.run(tool, [call])[0]
         if key is not None and not cached:
             self.cache[key] = result
-        self.trace.append(ToolCallRecord(tool, call.args, list(call.box) if call.box else None, short_result(result),
-                                         cached, round(time.perf_counter() - t0, 6)))
+        self.trace.append(
+            ToolCallRecord(
+                tool,
+                call.args,
+                list(call.box) if call.box else None,
+                short_result(result),
+                cached,
+                round(time.perf_counter() - t0, 6),
+            )
+        )
         return result
 
     def pixels(self, image: str):

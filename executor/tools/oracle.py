@@ -42,12 +42,19 @@ class SceneObject:
 class OracleBackend(ToolBackend):
     name = "oracle"
 
-    def __init__(self, images: ImageStore, scenes: dict[str, dict] | None = None, scene_graphs: str | None = None,
-                 llm_answers: dict[str, str] | None = None, min_visible: float = 0.5):
+    def __init__(
+        self,
+        images: ImageStore,
+        scenes: dict[str, dict] | None = None,
+        scene_graphs: str | None = None,
+        llm_answers: dict[str, str] | None = None,
+        min_visible: float = 0.5,
+    ):
         if scenes is None and scene_graphs is None:
             raise ValueError("the oracle backend needs `scene_graphs` (a GQA sceneGraphs JSON file) or `scenes`")
-        super().__init__(images, scene_graphs=scene_graphs, min_visible=min_visible,
-                         llm_answers=sorted((llm_answers or {}).items()))
+        super().__init__(
+            images, scene_graphs=scene_graphs, min_visible=min_visible, llm_answers=sorted((llm_answers or {}).items())
+        )
         if scenes is None:
             from data.loaders.gqa import load_scene_graphs
 
@@ -66,8 +73,15 @@ class OracleBackend(ToolBackend):
                 raise ToolUnavailable(f"the oracle has no scene graph for image {key!r}")
             scene = self.scenes[key]
             self._objects[key] = [
-                SceneObject(str(oid), str(o["name"]).lower(), o["x"], o["y"], o["x"] + o["w"], o["y"] + o["h"],
-                            frozenset(norm_attr(a) for a in o.get("attributes", ())))
+                SceneObject(
+                    str(oid),
+                    str(o["name"]).lower(),
+                    o["x"],
+                    o["y"],
+                    o["x"] + o["w"],
+                    o["y"] + o["h"],
+                    frozenset(norm_attr(a) for a in o.get("attributes", ())),
+                )
                 for oid, o in scene["objects"].items()
             ]
         return self._objects[key]
@@ -131,8 +145,10 @@ class OracleBackend(ToolBackend):
             return next((a for a in sorted(obj.attributes) if a in {norm_attr(v) for v in vocab}), "unknown")
         if q.kind == "verify":
             return "yes" if norm_attr(q.value) in obj.attributes | {obj.name} else "no"
-        raise ToolError(f"the oracle cannot answer {question!r}: ask about existence, counts, colour, shape, "
-                        "size, material or 'what is this'")
+        raise ToolError(
+            f"the oracle cannot answer {question!r}: ask about existence, counts, colour, shape, "
+            "size, material or 'what is this'"
+        )
 
     def caption(self, calls: list[ToolCall]) -> list[Any]:
         out = []
@@ -171,11 +187,33 @@ class OracleBackend(ToolBackend):
         for call in calls:
             prompt = call.args.get("prompt", "")
             if prompt not in self.llm_answers:
-                raise ToolUnavailable("the oracle backend has no language model; give it `llm_answers` or use a "
-                                      "tool stack with an llm tool")
+                raise ToolUnavailable(
+                    "the oracle backend has no language model; give it `llm_answers` or use a "
+                    "tool stack with an llm tool"
+                )
             out.append(self.llm_answers[prompt])
         return out
 
 
-_STOP = frozenset({"a", "an", "the", "of", "in", "on", "at", "to", "is", "are", "there", "with", "and", "photo", "image",
-                   "picture", "this", "that"})
+_STOP = frozenset(
+    {
+        "a",
+        "an",
+        "the",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "is",
+        "are",
+        "there",
+        "with",
+        "and",
+        "photo",
+        "image",
+        "picture",
+        "this",
+        "that",
+    }
+)

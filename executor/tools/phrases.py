@@ -9,8 +9,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COLORS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black", "gray", "grey", "brown", "pink",
-          "cyan", "magenta", "teal")
+COLORS = (
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "purple",
+    "orange",
+    "white",
+    "black",
+    "gray",
+    "grey",
+    "brown",
+    "pink",
+    "cyan",
+    "magenta",
+    "teal",
+)
 SIZES = ("small", "large", "big", "tiny", "little", "huge", "medium")
 MATERIALS = ("wood", "wooden", "metal", "metallic", "glass", "plastic", "rubber", "fabric", "stone", "paper")
 GENERIC = ("object", "objects", "thing", "things", "shape", "shapes", "item", "items")
@@ -80,7 +95,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
     ("size", re.compile(r"^what size (?:is|are) (?P<target>.+)$")),
     ("size", re.compile(r"^(?:is|are) (?P<target>.+?) (?:small|large|big|tiny) or (?:small|large|big|tiny)$")),
     ("material", re.compile(r"^what (?:material|is (?P<t2>.+?) made of)(?: is (?P<target>.+))?$")),
-    ("what", re.compile(r"^what (?:is|kind of object is|object is|type of object is|shape is) (?P<target>this|it|that)$")),
+    (
+        "what",
+        re.compile(r"^what (?:is|kind of object is|object is|type of object is|shape is) (?P<target>this|it|that)$"),
+    ),
     ("what", re.compile(r"^what (?:is|are) (?:this|it|that|in the (?:image|picture|photo))$")),
     ("what", re.compile(r"^what (?:kind of object|object|thing) is (?P<target>.+)$")),
     ("verify", re.compile(r"^(?:is|are|does) (?P<target>.+?) (?:look )?(?P<value>[a-z]+)$")),

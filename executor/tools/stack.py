@@ -38,8 +38,9 @@ def read_tool_stack(path: str | Path) -> dict[str, Any]:
     return config
 
 
-def build_backend(config: dict[str, Any] | str | Path, images: ImageStore | None = None,
-                  **overrides: Any) -> ToolBackend:
+def build_backend(
+    config: dict[str, Any] | str | Path, images: ImageStore | None = None, **overrides: Any
+) -> ToolBackend:
     """Instantiate the backend a stack names; `overrides` replace settings (e.g. scene graphs)."""
     if not isinstance(config, dict):
         config = read_tool_stack(config)
