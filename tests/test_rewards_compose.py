@@ -1,0 +1,74 @@
+import pytest
+
+from data.records import Example
+from executor.results import ExecutionResult
+from rewards.compose import DEFAULT_PENALTIES, RewardComposer, RewardConfig, RewardSpec
+from rewards.diagnostics import diagnostics, is_trivial
+from rewards.registry import build_reward, reward_names
+
+
+def _ex(i, answer="red"):
+    return Example(id=f"q{i}", dataset="gqa", task="vqa", query="what colour?", image="x.png", answers=(answer,))
+
+
+def _res(i, status="ok", answer="red"):
+    return ExecutionResult(
+        example_id=f"q{i}", program_key="k", status=status, answer=answer if status == "ok" else None
+    )
+
+
+def test_totals_penalties_and_masking():
+    composer = RewardComposer(RewardConfig((RewardSpec("correctness", 2.0), RewardSpec("executes", 0.5))))
+    examples = [_ex(0), _ex(1), _ex(2), _ex(3)]
+    results = [_res(0), _res(1, answer="blue"), _res(2, "syntax_error"), _res(3, "infra_error")]
+    batch = composer(examples, results, ["p"] * 4)
+    assert batch.totals == [2.5, 0.5, DEFAULT_PENALTIES["syntax_error"], None]
+    assert batch.components["correctness"] == [1.0, 0.0, None, None]
+    assert batch.masked() == [False, False, False, True]
+    assert batch.statuses[3] == "infra_error"
+
+
+def test_unknown_reward_fails_at_config_time_with_the_valid_names():
+    with pytest.raises(ValueError, match="registered rewards: .*correctness"):
+        RewardComposer(RewardConfig((RewardSpec("corectness"),)))
+    assert "correctness" in reward_names()
+
+
+def test_config_round_trip_and_bad_keys():
+    cfg = RewardConfig.from_json(
+        {"rewards": [{"name": "correctness", "weight": 1.5}, "executes"], "penalties": {"timeout": -2}}
+    )
+    again = RewardConfig.from_json(cfg.to_json())
+    assert again == cfg and again.penalties["timeout"] == -2.0
+    with pytest.raises(ValueError, match="unknown key"):
+        RewardSpec.from_json({"name": "correctness", "wieght": 1})
+    with pytest.raises(ValueError, match="infra_error is always masked"):
+        RewardConfig(penalties={"infra_error": 0.0})
+
+
+def test_grounding_threshold_setting():
+    fn = build_reward("correctness", iou_threshold=0.5)
+    ex = Example(id="g", dataset="refcoco", task="grounding", query="the cat", image="x.png", box=(0, 0, 10, 10))
+    res = [
+        ExecutionResult("g", "k", "ok", {"box": [0, 0, 10, 6]}),
+        ExecutionResult("g", "k", "ok", {"box": [0, 0, 10, 4]}),
+    ]
+    assert fn([ex, ex], res, ["p", "p"]) == [1.0, 0.0]
+
+
+def test_trivial_program_detection():
+    trivial = "def execute_command(image):\n    return ImagePatch(image).simple_query('What colour is the car?')\n"
+    composed = (
+        "def execute_command(image):\n    p = ImagePatch(image)\n    cars = p.find('car')\n"
+        "    return cars[0].simple_query('What colour?')\n"
+    )
+    assert is_trivial(trivial) and not is_trivial(composed) and not is_trivial("def (")
+
+
+def test_diagnostics_shares():
+    d = diagnostics(
+        ["a", "b", "c", "d"], ["red", "red", "red", "blue"], [1.0, 1.0, 0.0, None], ["g1", "g1", "g2", "g2"]
+    )
+    assert d["constant_answer_share"] == 0.75
+    assert d["zero_variance_share"] == 1.0  # g1 has equal rewards; g2 has one scored reward, not counted
+    assert d["trivial_share"] == 0.0
