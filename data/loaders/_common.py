@@ -16,7 +16,8 @@ Every loader follows the same rules, so they live here once:
 * Image files are not opened or stat-ed by default: the full datasets hold hundreds of thousands
   of images while a run usually touches a small sample, and whoever opens the image reports a
   missing one with its path. `check_image_files(examples)` (or `check_images=True` on a loader) stats
-  every image up front and fails listing the missing ones.
+  every image up front and fails listing the missing ones. A missing image is never skipped,
+  even with `skip_bad_rows=True`: it means a wrong images folder far more often than a bad row.
 """
 
 from __future__ import annotations

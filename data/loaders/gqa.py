@@ -36,6 +36,7 @@ from data.loaders._common import (
     DatasetFormatError,
     RowError,
     check_image_files,
+    first_existing,
     get_field,
     get_id,
     get_number,
@@ -233,4 +234,43 @@ def require_scenes(examples: list[Example], scenes: dict[str, SceneGraph], where
     """Fail if any GQA example's image has no scene graph (the oracle backend needs one each)."""
     missing = sorted({ex.meta["imageId"] for ex in examples if ex.meta.get("imageId") not in scenes})
     if missing:
-        raise DatasetFormatError(f"{where}: no scene for {len(missing)} image(s) used by the questions: {missing[:10]}")
+        raise DatasetFormatError(
+            f"{where}: no scene for {len(missing)} image(s) used by the questions: {missing[:10]}"
+        )
+
+
+ANNOTATED_SPLITS = ("train", "val", "testdev")
+
+
+def load_gqa_root(
+    root: str | Path,
+    split: str = "val",
+    *,
+    balanced: bool = True,
+    questions_file: str | Path | None = None,
+    images_dir: str | Path | None = None,
+    image_pattern: str = DEFAULT_IMAGE_PATTERN,
+    dataset: str = "gqa",
+    require_answers: bool | None = None,
+    skip_bad_rows: bool = False,
+    check_images: bool = False,
+) -> list[Example]:
+    """The official layout: `<root>/<split>_balanced_questions.json` (or `_all_`, or the same under
+    `<root>/questions/`), images in `<root>/images/`. Answers are required for the annotated splits
+    (train, val, testdev) unless `require_answers` says otherwise. The train "all" questions ship
+    as ten shards in a folder; pass each shard as `questions_file`."""
+    root = Path(root)
+    if questions_file:
+        path = Path(questions_file)
+    else:
+        name = f"{split}_{'balanced' if balanced else 'all'}_questions.json"
+        path = first_existing([root / name, root / "questions" / name], f"the GQA questions file {name}")
+    return load_gqa_questions(
+        path,
+        Path(images_dir) if images_dir else root / "images",
+        image_pattern=image_pattern,
+        dataset=dataset,
+        require_answers=split in ANNOTATED_SPLITS if require_answers is None else require_answers,
+        skip_bad_rows=skip_bad_rows,
+        check_images=check_images,
+    )

@@ -119,9 +119,15 @@ def _parse_ref(i: int, ref: Any, images: dict, anns: dict, cats: dict, where_ann
         raise RowError(f"{awhere} has bbox {bbox!r}, expected four numbers [x, y, w, h]")
     category_id = get_id(ref, "category_id", where)
     info = {
-        "ref_id": ref_id, "ann_id": ann_id, "image_id": image_id, "split": get_str(ref, "split", where),
-        "category_id": category_id, "category": cats.get(category_id, ""), "bbox_xywh": list(bbox),
-        "width": get_number(image, "width", iwhere), "height": height,
+        "ref_id": ref_id,
+        "ann_id": ann_id,
+        "image_id": image_id,
+        "split": get_str(ref, "split", where),
+        "category_id": category_id,
+        "category": cats.get(category_id, ""),
+        "bbox_xywh": list(bbox),
+        "width": get_number(image, "width", iwhere),
+        "height": height,
         "file_name": get_str(image, "file_name", iwhere),
     }
     if not info["category"]:
@@ -129,8 +135,10 @@ def _parse_ref(i: int, ref: Any, images: dict, anns: dict, cats: dict, where_ann
     sentences = get_field(ref, "sentences", where, list)
     if not sentences:
         raise RowError(f"{where} has no sentences")
-    sents = [(get_id(s, "sent_id", f"{where} sentences[{k}]"), get_str(s, "sent", f"{where} sentences[{k}]"), s)
-             for k, s in enumerate(sentences)]
+    sents = [
+        (get_id(s, "sent_id", f"{where} sentences[{k}]"), get_str(s, "sent", f"{where} sentences[{k}]"), s)
+        for k, s in enumerate(sentences)
+    ]
     return info, sents
 
 

@@ -70,8 +70,14 @@ def load_sugarcrepe_file(
                     image=str(Path(images_dir) / filename),
                     answers=("yes" if polarity == "pos" else "no",),
                     group=category,
-                    meta={"entry": f"{category}/{idx}", "category": category, "index": str(idx),
-                          "polarity": polarity, "caption": caption, "filename": filename},
+                    meta={
+                        "entry": f"{category}/{idx}",
+                        "category": category,
+                        "index": str(idx),
+                        "polarity": polarity,
+                        "caption": caption,
+                        "filename": filename,
+                    },
                 )
             )
     bad.finish()
@@ -98,7 +104,11 @@ def load_sugarcrepe(
         path = first_existing([Path(data_dir) / f"{cat}.json"], _expected(cat))
         out.extend(
             load_sugarcrepe_file(
-                path, images_dir, category=cat, dataset=dataset, query_template=query_template,
+                path,
+                images_dir,
+                category=cat,
+                dataset=dataset,
+                query_template=query_template,
                 skip_bad_rows=skip_bad_rows,
             )
         )

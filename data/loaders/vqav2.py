@@ -9,7 +9,7 @@ Images use COCO naming, `COCO_val2014_%012d.jpg`; both datasets use COCO val2014
 
 All ten annotator answers are kept (VQA soft accuracy needs them); `group` is `question_type`
 (VQAv2: the question's first words, e.g. "what color is the"; OK-VQA: its knowledge category
-code, "one" ... "ten", "other").
+code, "one" ... "ten", "other"). `multiple_choice_answer` (VQAv2 only) goes to meta when present.
 """
 
 from __future__ import annotations
@@ -37,18 +37,39 @@ FILES = {
 _NAMES = {"vqav2": "VQAv2", "okvqa": "OK-VQA"}
 
 
-def _parse_answers(row: dict[str, Any], where: str) -> tuple[tuple[str, ...], list[Any], list[str] | None]:
-    answers = get_field(row, "answers", where, list)
+def _index_annotations(rows: list[Any], bad: BadRows) -> dict[str, tuple[int, dict[str, Any]]]:
+    """question_id -> (position in the file, annotation); a repeated question_id is a bad row."""
+    out: dict[str, tuple[int, dict[str, Any]]] = {}
+    for i, row in enumerate(rows):
+        try:
+            qid = get_id(row, "question_id", f"annotations[{i}]")
+            if qid in out:
+                raise RowError(f"annotations[{i}] repeats question_id {qid} (first at [{out[qid][0]}])")
+            out[qid] = (i, row)
+        except RowError as err:
+            bad.handle(err)
+    return out
+
+
+def _parse_annotation(ann: dict[str, Any], where: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The annotator answers (all of them, in file order) and the annotation's meta fields."""
+    answers = get_field(ann, "answers", where, list)
     if not answers:
         raise RowError(f"{where} has an empty 'answers' list")
-    texts, confidences, raws = [], [], []
-    for i, ans in enumerate(answers):
-        awhere = f"{where} answers[{i}]"
-        texts.append(get_str(ans, "answer", awhere, allow_empty=True))
-        confidences.append(ans.get("answer_confidence"))
-        raws.append(ans.get("raw_answer"))
-    # OK-VQA v1.1 also stores the annotator's raw text; keep it only where the file has it.
-    return tuple(texts), confidences, raws if any(r is not None for r in raws) else None
+    texts = tuple(get_str(a, "answer", f"{where} answers[{i}]", allow_empty=True) for i, a in enumerate(answers))
+    meta: dict[str, Any] = {
+        "question_type": get_str(ann, "question_type", where),
+        "answer_confidence": [a.get("answer_confidence") for a in answers],
+    }
+    # VQAv2 has both; OK-VQA files carry answer_type but no multiple_choice_answer.
+    for key in ("answer_type", "multiple_choice_answer"):
+        if key in ann:
+            meta[key] = get_str(ann, key, where, allow_empty=True)
+    # OK-VQA v1.1 also stores each annotator's raw text; keep it only where the file has it.
+    raws = [a.get("raw_answer") for a in answers]
+    if any(r is not None for r in raws):
+        meta["raw_answers"] = raws
+    return texts, meta
 
 
 def load_vqa(
@@ -71,31 +92,23 @@ def load_vqa(
     """
     label = _NAMES.get(dataset, dataset)
     q_name, a_name = FILES.get(dataset, FILES["vqav2"])
-    qdata = load_json(questions_path, f"a {label} questions file like {q_name.format(split='val')}")
+    qdata = load_json(questions_path, f"the {label} questions file like {q_name.format(split='val')}")
     questions = get_field_file(qdata, "questions", questions_path)
     if image_pattern is None:
         subtype = qdata.get("data_subtype", "val2014")
         image_pattern = f"COCO_{subtype}_{{image_id:012d}}.jpg"
 
     annotations: dict[str, tuple[int, dict[str, Any]]] = {}
+    bad_a = None
     if annotations_path is not None:
-        adata = load_json(annotations_path, f"a {label} annotations file like {a_name.format(split='val')}")
+        adata = load_json(annotations_path, f"the {label} annotations file like {a_name.format(split='val')}")
         bad_a = BadRows(annotations_path, skip_bad_rows)
-        for i, row in enumerate(get_field_file(adata, "annotations", annotations_path)):
-            try:
-                qid = get_id(row, "question_id", f"annotations[{i}]")
-                if qid in annotations:
-                    raise RowError(f"annotations[{i}] repeats question_id {qid} (first at [{annotations[qid][0]}])")
-                annotations[qid] = (i, row)
-            except RowError as err:
-                bad_a.handle(err)
-    else:
-        bad_a = None
+        annotations = _index_annotations(get_field_file(adata, "annotations", annotations_path), bad_a)
 
     bad_q = BadRows(questions_path, skip_bad_rows)
     out: list[Example] = []
     seen: set[str] = set()
-    for i, row in progress(questions, f"{label} questions", len(questions)):
+    for i, row in progress(enumerate(questions), f"{label} questions", len(questions)):
         where = f"questions[{i}]"
         try:
             qid = get_id(row, "question_id", where)
@@ -114,16 +127,9 @@ def load_vqa(
                 awhere = f"annotations[{ai}] of {Path(annotations_path).name} (question_id {qid})"
                 if get_field(ann, "image_id", awhere, int) != image_id:
                     raise RowError(f"{awhere} has image_id {ann['image_id']}, but the question has {image_id}")
-                answers, confidences, raws = _parse_answers(ann, awhere)
-                group = get_str(ann, "question_type", awhere)
-                meta.update(
-                    question_type=group,
-                    answer_type=get_str(ann, "answer_type", awhere),
-                    multiple_choice_answer=get_str(ann, "multiple_choice_answer", awhere, allow_empty=True),
-                    answer_confidence=confidences,
-                )
-                if raws is not None:
-                    meta["raw_answers"] = raws
+                answers, ann_meta = _parse_annotation(ann, awhere)
+                group = ann_meta["question_type"]
+                meta.update(ann_meta)
             out.append(
                 Example(
                     id=f"{dataset}-{qid}",
@@ -142,7 +148,9 @@ def load_vqa(
         # Annotations nobody asked for mean the two files do not belong together (or a split mix-up).
         for qid, (ai, _) in annotations.items():
             if qid not in seen:
-                bad_a.handle(RowError(f"annotations[{ai}] (question_id {qid}) has no question in {Path(questions_path).name}"))
+                bad_a.handle(
+                    RowError(f"annotations[{ai}] (question_id {qid}) has no question in {Path(questions_path).name}")
+                )
         bad_a.finish()
     bad_q.finish()
     if check_images:

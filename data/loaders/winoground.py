@@ -73,8 +73,15 @@ def load_winoground(
                         image=str(Path(images_dir) / f"{images[i]}{image_ext}"),
                         answers=("yes" if i == j else "no",),
                         group=tag,
-                        meta={"winoground_id": wid, "image_index": i, "caption_index": j, "caption": captions[j],
-                              "image_name": images[i], "tag": tag, **extra},
+                        meta={
+                            "winoground_id": wid,
+                            "image_index": i,
+                            "caption_index": j,
+                            "caption": captions[j],
+                            "image_name": images[i],
+                            "tag": tag,
+                            **extra,
+                        },
                     )
                 )
     bad.finish()
@@ -95,8 +102,11 @@ def _read_rows(path: Path) -> Iterator[tuple[int, dict | RowError]]:
             except json.JSONDecodeError as exc:
                 yield lineno, RowError(f"line {lineno}: not valid JSON ({exc.msg})")
                 continue
-            yield lineno, row if isinstance(row, dict) else RowError(
-                f"line {lineno}: expected a JSON object, got {type(row).__name__}"
+            yield (
+                lineno,
+                row
+                if isinstance(row, dict)
+                else RowError(f"line {lineno}: expected a JSON object, got {type(row).__name__}"),
             )
 
 
@@ -116,8 +126,10 @@ def load_winoground_root(
     if split != "test":
         raise ValueError(f"winoground has only the 'test' split, got {split!r}")
     root = Path(root)
-    path = Path(examples_file) if examples_file else first_existing(
-        [root / "examples.jsonl", root / "data" / "examples.jsonl"], EXPECTED
+    path = (
+        Path(examples_file)
+        if examples_file
+        else first_existing([root / "examples.jsonl", root / "data" / "examples.jsonl"], EXPECTED)
     )
     return load_winoground(
         path,

@@ -46,9 +46,7 @@ def _fractions(rows: Sequence[dict[str, bool]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / n for k in ("text", "image", "group")} | {"n": float(n)}
 
 
-def winoground_scores(
-    examples: Sequence[Example], scores: Sequence[float] | Mapping[str, float]
-) -> WinogroundScores:
+def winoground_scores(examples: Sequence[Example], scores: Sequence[float] | Mapping[str, float]) -> WinogroundScores:
     """Aggregate per-item scores for Winoground-style `itm` Examples (as `load_winoground` emits).
 
     `scores` is either aligned with `examples` or a mapping from Example id to score. Every
