@@ -72,6 +72,8 @@ class OracleBackend(ToolBackend):
             if key not in self.scenes:
                 raise ToolUnavailable(f"the oracle has no scene graph for image {key!r}")
             scene = self.scenes[key]
+            if hasattr(scene, "to_json"):  # a `data.loaders.gqa.SceneGraph` record
+                scene = scene.to_json()
             self._objects[key] = [
                 SceneObject(
                     str(oid),
@@ -145,9 +147,12 @@ class OracleBackend(ToolBackend):
             return next((a for a in sorted(obj.attributes) if a in {norm_attr(v) for v in vocab}), "unknown")
         if q.kind == "verify":
             return "yes" if norm_attr(q.value) in obj.attributes | {obj.name} else "no"
+        if q.kind == "action":
+            # GQA writes activities as gerund attributes ("standing", "looking").
+            return " and ".join(sorted(a for a in obj.attributes if len(a) > 4 and a.endswith("ing"))) or "nothing"
         raise ToolError(
             f"the oracle cannot answer {question!r}: ask about existence, counts, colour, shape, "
-            "size, material or 'what is this'"
+            "size, material, what someone is doing or 'what is this'"
         )
 
     def caption(self, calls: list[ToolCall]) -> list[Any]:
