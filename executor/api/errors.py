@@ -13,11 +13,14 @@ def nearest_names(name: str, candidates: Iterable[str], n: int = 4) -> list[str]
     # Invented names often share a word with the real one (`find_all` for `find`).
     words = [w for w in name.lower().split("_") if len(w) > 2]
     related = [c for c in pool if any(w in c.lower() for w in words)]
-    out: list[str] = []
-    for c in close + related:
-        if c not in out:
-            out.append(c)
-    return out[:n]
+
+    # Rank by shared words, then spelling: `sort_patches_top_to_bottom` should suggest
+    # `sort_patches_bottom_to_top` before `sort_patches_left_to_right`.
+    def rank(c: str) -> tuple[int, float]:
+        shared = len(set(words) & set(c.lower().split("_")))
+        return (-shared, -difflib.SequenceMatcher(None, name, c).ratio())
+
+    return sorted(dict.fromkeys(close + related), key=rank)[:n]
 
 
 def unknown_attribute(owner: str, name: str, candidates: Iterable[str]) -> AttributeError:

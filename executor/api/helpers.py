@@ -132,17 +132,18 @@ def select_answer(info, question: str, possible_answers: list[str]) -> str:
 
 def process_guesses(question: str, guess1: str = None, guess2: str = None) -> str:
     """Combine two candidate answers to a question (e.g. a direct visual answer and a
-    language-model answer) into one final short answer.
+    language-model answer) into one final short answer. A list of guesses also works.
 
     >>> guess1 = image_patch.simple_query(question)
     >>> guess2 = llm_query(f"{question} The image shows {image_patch.simple_query()}.", long_answer=False)
     >>> return process_guesses(question, guess1, guess2)
     """
-    guesses = [g for g in (guess1, guess2) if g]
-    if len(guesses) < 2 or guesses[0].strip().lower() == guesses[1].strip().lower():
+    # ViperGPT's OK-VQA example passes all guesses as one list.
+    raw = list(guess1) if isinstance(guess1, (list, tuple)) else [guess1, guess2]
+    guesses = [str(g) for g in raw if g]
+    if len({g.strip().lower() for g in guesses}) < 2:
         return guesses[0] if guesses else ""
-    prompt = (
-        f"Question: {question}\nTwo candidate answers: '{guesses[0]}' and '{guesses[1]}'.\n"
-        "Give the better short answer."
-    )
+    listed = " and ".join(f"'{g}'" for g in guesses)
+    count = "Two" if len(guesses) == 2 else str(len(guesses))
+    prompt = f"Question: {question}\n{count} candidate answers: {listed}.\nGive the better short answer."
     return str(current_client().call("llm", None, None, {"prompt": prompt}))

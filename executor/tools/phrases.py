@@ -80,7 +80,7 @@ def parse_noun_phrase(text: str) -> NounPhrase:
 
 @dataclass(frozen=True)
 class Question:
-    kind: str  # what | color | shape | size | material | exists | count | verify | unknown
+    kind: str  # what | color | shape | size | material | action | exists | count | verify | unknown
     target: str = ""  # the noun phrase the question is about ("" = the region itself)
     value: str = ""  # the attribute asked about, for `verify`
 
@@ -90,11 +90,13 @@ _PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
     ("exists", re.compile(r"^(?:is|are) there (?P<target>.+?)(?: in .*)?$")),
     ("color", re.compile(r"^what colou?r (?:is|are) (?P<target>.+)$")),
     ("color", re.compile(r"^what is the colou?r of (?P<target>.+)$")),
+    ("color", re.compile(r"^what is the colou?r$")),  # Stanic et al. and ViUniT ask this of a found patch
     ("shape", re.compile(r"^what shape (?:is|are) (?P<target>.+)$")),
     ("shape", re.compile(r"^what is the shape of (?P<target>.+)$")),
     ("size", re.compile(r"^what size (?:is|are) (?P<target>.+)$")),
     ("size", re.compile(r"^(?:is|are) (?P<target>.+?) (?:small|large|big|tiny) or (?:small|large|big|tiny)$")),
     ("material", re.compile(r"^what (?:material|is (?P<t2>.+?) made of)(?: is (?P<target>.+))?$")),
+    ("action", re.compile(r"^what (?:is|are) (?P<target>.+?) doing$")),
     (
         "what",
         re.compile(r"^what (?:is|kind of object is|object is|type of object is|shape is) (?P<target>this|it|that)$"),
