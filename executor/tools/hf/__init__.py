@@ -15,7 +15,9 @@ from typing import Any, ClassVar
 
 from executor.tools.base import TOOLS, ImageStore, ToolBackend, ToolCall
 from executor.tools.hf import depth as depth_mod
-from executor.tools.hf import detection, llm as llm_mod, matching, vqa as vqa_mod
+from executor.tools.hf import detection, matching
+from executor.tools.hf import llm as llm_mod
+from executor.tools.hf import vqa as vqa_mod
 from executor.tools.hf.loading import ModelCache, Placement
 from executor.tools.hf.settings import ToolSettings, parse_config
 

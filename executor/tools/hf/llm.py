@@ -34,7 +34,9 @@ def load_text_model(path: str, placement: Placement, settings: LlmSettings) -> T
 
     if settings.engine == "vllm":
         if not vllm_available():
-            raise ToolUnavailable("llm.engine is 'vllm' but vllm is not installed (pip install 'vprl[vllm]', GPU only)")
+            raise ToolUnavailable(
+                "llm.engine is 'vllm' but vllm is not installed (pip install 'vprl[vllm]', GPU only)"
+            )
         if resolve_device(placement.device) == "cpu":
             raise ToolUnavailable("llm.engine 'vllm' needs a CUDA device in this toolkit; use engine: transformers")
         from vllm import LLM

@@ -125,5 +125,9 @@ class ModelCache:
             self._loaded[key] = loader(path, placement)
         return self._loaded[key]
 
+    def put(self, kind: str, path: str, placement: Placement, obj: Any) -> None:
+        """Install an already built model (benchmarks build real-size random models in memory)."""
+        self._loaded[(kind, path, placement)] = obj
+
     def loaded(self) -> list[tuple[str, str, Placement]]:
         return list(self._loaded)

@@ -91,9 +91,9 @@ def cosines(m: Matcher, regions: list[Region], texts: list[str], images: ImageSt
 
 def logits_of(m: Matcher, cos):
     """The model's own logits: exp(logit_scale) * cos (+ logit_bias for SigLIP)."""
-    logits = cos * m.model.logit_scale.exp().float().to(cos.device)
+    logits = cos * m.model.logit_scale.detach().exp().float().to(cos.device)
     if m.sigmoid:
-        logits = logits + m.model.logit_bias.float().to(cos.device)
+        logits = logits + m.model.logit_bias.detach().float().to(cos.device)
     return logits
 
 

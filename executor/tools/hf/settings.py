@@ -140,6 +140,6 @@ def parse_config(config: dict[str, Any]) -> tuple[Placement, dict[str, ToolSetti
         raise ValueError(f"hf backend: unknown key(s) {unknown}; valid keys: {valid}")
     defaults = Placement(**{k: config[k] for k in TOP_LEVEL if k in config})
     tools = {tool: parse_tool(tool, config[tool]) for tool in TOOL_SETTINGS if config.get(tool) is not None}
-    for tool, settings in tools.items():
+    for settings in tools.values():
         settings.placement(defaults)  # raises on a bad per-tool device/dtype/quantization now, not at first use
     return defaults, tools
