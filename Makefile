@@ -13,8 +13,8 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-index torch==2.13.0 2>/dev/null || \
-		$(PY) -m pip install -q torch==2.13.0 --index-url $(TORCH_CPU_INDEX)
+	$(PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null || \
+		$(PY) -m pip install -q "torch==2.13.0+cpu" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple
 	$(PY) -m pip install -q -c constraints-cpu.txt -e ".[cpu]"
 	touch $@
 
