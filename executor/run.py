@@ -1,0 +1,127 @@
+"""Run programs on examples in the sandbox and write one result row per program.
+
+    python -m executor.run --examples EXAMPLES.jsonl --programs PROGRAMS.jsonl \\
+        --tools configs/tools/oracle.yaml --set scene_graphs=val_sceneGraphs.json --out RESULTS.jsonl
+
+Program rows are `{"id", "example_id", "program"}`; each result row is that `id` plus the fields of
+`ExecutionResult`. A summary of statuses and tool-host metrics is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from data.records import Example, read_examples, read_jsonl, write_jsonl
+from executor.host import ToolHost
+from executor.runner import SANDBOX_MODES, BatchRunner, RunnerConfig
+from executor.sandbox.connection import SandboxUnavailable
+from executor.tools.base import ImageStore, ToolBackend
+from executor.tools.stack import build_backend, read_tool_stack
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m executor.run", description=__doc__.split("\n")[0])
+    p.add_argument("--examples", required=True, help="JSONL of data.records.Example rows")
+    p.add_argument("--programs", required=True, help='JSONL of {"id", "example_id", "program"} rows')
+    p.add_argument("--tools", required=True, help="tool stack YAML (configs/tools/*.yaml)")
+    p.add_argument("--out", required=True, help="where to write the result rows (JSONL)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per program, tool waits excluded")
+    p.add_argument("--slots", type=int, default=None, help="programs at once (default: number of cores)")
+    p.add_argument("--sandbox", choices=SANDBOX_MODES, default="full", help="'none' = no isolation, debug only")
+    p.add_argument("--max-rpcs", type=int, default=200, help="tool calls allowed per program")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a tool-stack setting")
+    return p.parse_args(argv)
+
+
+def read_programs(path: str, examples: dict[str, Example]) -> list[dict[str, Any]]:
+    rows = []
+    seen: set[str] = set()
+    for lineno, row in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        missing = [k for k in ("id", "example_id", "program") if k not in row]
+        if missing:
+            raise ValueError(f"{where}: missing key(s) {missing}; program rows are {{id, example_id, program}}")
+        if not isinstance(row["program"], str):
+            raise ValueError(f"{where}: 'program' must be a string")
+        if row["example_id"] not in examples:
+            raise ValueError(f"{where}: example_id {row['example_id']!r} is not in the examples file")
+        if str(row["id"]) in seen:
+            raise ValueError(f"{where}: duplicate program id {row['id']!r}")
+        seen.add(str(row["id"]))
+        rows.append(row)
+    return rows
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def make_backend(tools: str, overrides: dict[str, Any], images: ImageStore) -> ToolBackend:
+    config = read_tool_stack(tools)
+    config.update(overrides)
+    if config["backend"] == "oracle":
+        graphs = config.get("scene_graphs")
+        if not graphs and "scenes" not in config:
+            raise ValueError(f"{tools}: the oracle backend needs `scene_graphs:` (or --set scene_graphs=PATH)")
+        path = Path(graphs)
+        if not path.is_absolute() and not path.exists():
+            path = Path(tools).parent / path
+        from data.loaders.gqa import load_scene_graphs
+
+        # The oracle reads scenes as GQA-format dicts; the loader validates the file first.
+        config["scenes"] = {k: v.to_json() for k, v in load_scene_graphs(path).items()}
+        config["scene_graphs"] = str(path)
+    return build_backend(config, images)
+
+
+async def run(args: argparse.Namespace) -> Counter:
+    examples = {ex.id: ex for ex in read_examples(args.examples)}
+    programs = read_programs(args.programs, examples)
+    host = ToolHost(make_backend(args.tools, parse_overrides(args.set), ImageStore()))
+    config = RunnerConfig(
+        timeout_s=args.timeout,
+        sandbox=args.sandbox,
+        max_rpcs=args.max_rpcs,
+        **({"slots": args.slots} if args.slots else {}),
+    )
+    try:
+        async with BatchRunner(host, config) as runner:
+            results = await runner.run(
+                [(examples[row["example_id"]], row["program"]) for row in programs], progress=True, desc="executing"
+            )
+    finally:
+        host.close()
+    write_jsonl(args.out, ({"id": row["id"], **res.to_json()} for row, res in zip(programs, results)))
+    statuses = Counter(r.status for r in results)
+    print(f"wrote {len(results)} results to {args.out}")
+    print("statuses: " + ", ".join(f"{s}={n}" for s, n in statuses.most_common()))
+    print("tool host: " + json.dumps(host.metrics(), default=str))
+    return statuses
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        asyncio.run(run(args))
+    except SandboxUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,412 @@
+"""The batch runner: programs x examples in, exactly one `ExecutionResult` per submission out.
+
+The trainer's side of execution. It owns the tool host (and so the labels and models) and talks
+to the lean sandbox supervisor, which it starts first. For each submission it registers the
+example's image by content hash and sends the sandbox only `{"image": SourceImage(ref, w, h)}`:
+never the query's answers. Identical programs (same `program_key`) on the same example run once
+and the result is shared. It serves the sandboxes' tool calls, keeps a trace per program, and
+enforces the per-program tool-call cap.
+
+`infra_error` is reserved for our failures: the tool host failing, the sandbox failing to set up,
+the supervisor dying, or shutting down with work in flight. The trainer masks those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from data.records import Example
+from executor.api import SourceImage
+from executor.host import ToolHost
+from executor.program import program_key, run_in_process
+from executor.results import ExecutionResult, ToolCallRecord
+from executor.sandbox.child import Limits, encode_inputs
+from executor.sandbox.connection import SandboxUnavailable, SupervisorConnection
+from executor.sandbox.probe import LAYERS
+from executor.tools.base import ImageInfo, ToolCall, ToolError, ToolUnavailable, short_result
+
+SANDBOX_MODES = ("full", "none")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    slots: int = field(default_factory=lambda: os.cpu_count() or 1)
+    timeout_s: float = 5.0  # per program, not counting time spent waiting on the tool host
+    rpc_timeout_s: float = 30.0  # one tool call; past it the call is an infra failure
+    max_rpcs: int = 200  # tool calls (and pixel requests) per program
+    sandbox: str = "full"
+    limits: Limits = field(default_factory=Limits)
+    require_layers: tuple[str, ...] = LAYERS
+    memo_size: int = 50_000
+
+    def __post_init__(self) -> None:
+        if self.sandbox not in SANDBOX_MODES:
+            raise ValueError(f"sandbox must be one of {SANDBOX_MODES}, got {self.sandbox!r}")
+        if self.slots < 1:
+            raise ValueError(f"slots must be >= 1, got {self.slots}")
+
+
+@dataclass
+class _TaskState:
+    example_id: str
+    key: str
+    future: asyncio.Future
+    trace: list[ToolCallRecord] = field(default_factory=list)
+    rpcs: int = 0
+    rpc_limit: bool = False
+    infra: str | None = None
+
+
+class BatchRunner:
+    """Async runner: `async with BatchRunner(host, config) as r: results = await r.run(pairs)`."""
+
+    def __init__(self, host: ToolHost, config: RunnerConfig | None = None) -> None:
+        self.host = host
+        self.config = config or RunnerConfig()
+        self.supervisor: SupervisorConnection | None = None
+        self._tasks: dict[int, _TaskState] = {}
+        self._ids = itertools.count(1)
+        self._inflight: dict[tuple[str, str, str], asyncio.Future] = {}
+        self._memo: OrderedDict[tuple[str, str, str], ExecutionResult] = OrderedDict()
+        self._images: dict[tuple[str, str | None], ImageInfo] = {}
+        self._reader: asyncio.Task | None = None
+        self._local_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    # -- life cycle ------------------------------------------------------------------------------
+    async def start(self) -> BatchRunner:
+        if self.config.sandbox == "none":
+            warnings.warn(
+                "sandbox: none — programs run INSIDE this process with NO isolation and NO time limit; "
+                "use it only to debug trusted programs",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self._local_lock = asyncio.Lock()
+        else:
+            self.supervisor = await SupervisorConnection.start(
+                self.config.slots, self.config.limits, self.config.require_layers
+            )
+            self._reader = asyncio.get_running_loop().create_task(self._read_loop())
+        return self
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_all("the executor shut down with this program in flight")
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self.supervisor is not None:
+            await self.supervisor.close()
+
+    async def __aenter__(self) -> BatchRunner:
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def layers(self) -> dict[str, str]:
+        return self.supervisor.layers if self.supervisor else {}
+
+    # -- submitting ------------------------------------------------------------------------------
+    async def run(
+        self, pairs: Iterable[tuple[Example, str]], progress: bool = False, desc: str = "programs"
+    ) -> list[ExecutionResult]:
+        """Run every (example, program source) pair; results come back in submission order."""
+        futures = [self.submit(example, source) for example, source in pairs]
+        if progress:
+            bar = tqdm(total=len(futures), desc=desc, unit="prog")
+            for fut in futures:
+                fut.add_done_callback(lambda _: bar.update())
+            try:
+                return list(await asyncio.gather(*futures))
+            finally:
+                bar.close()
+        return list(await asyncio.gather(*futures))
+
+    def submit(self, example: Example, source: str) -> asyncio.Future:
+        """Schedule one program on one example; the future always resolves to an ExecutionResult."""
+        loop = asyncio.get_running_loop()
+        pkey = program_key(source)
+        try:
+            image = self._image(example)
+        except (OSError, ValueError) as exc:
+            return _resolved(loop, ExecutionResult(example.id, pkey, "infra_error", error=f"image: {exc}"[:500]))
+        key = (example.id, image.ref, pkey)
+        if key in self._memo:
+            self._memo.move_to_end(key)
+            return _resolved(loop, self._memo[key])
+        if key in self._inflight:
+            return self._inflight[key]
+        future = loop.create_future()
+        if self._closed:
+            future.set_result(ExecutionResult(example.id, pkey, "infra_error", error="the executor is closed"))
+            return future
+        self._inflight[key] = future
+        future.add_done_callback(lambda f, key=key: self._remember(key, f))
+        state = _TaskState(example.id, pkey, future)
+        inputs = {"image": SourceImage(image.ref, image.width, image.height)}
+        loop.create_task(self._execute(state, source, inputs))
+        return future
+
+    def _image(self, example: Example) -> ImageInfo:
+        if example.task == "video_qa":
+            raise ValueError("video examples are not supported by the batch runner yet")
+        image_id = example.meta.get("imageId") if isinstance(example.meta, dict) else None
+        cache_key = (example.image, image_id)
+        if cache_key not in self._images:
+            self._images[cache_key] = self.host.images.add_file(example.image, image_id=image_id)
+        return self._images[cache_key]
+
+    def _remember(self, key: tuple[str, str, str], future: asyncio.Future) -> None:
+        self._inflight.pop(key, None)
+        result = future.result()
+        if result.status != "infra_error":  # our failures are retried, not remembered
+            self._memo[key] = result
+            while len(self._memo) > self.config.memo_size:
+                self._memo.popitem(last=False)
+
+    async def _execute(self, state: _TaskState, source: str, inputs: dict[str, Any]) -> None:
+        try:
+            if self.config.sandbox == "none":
+                await self._execute_local(state, source, inputs)
+                return
+            if self.supervisor is None or self._reader is None or self._reader.done():
+                raise ToolUnavailable("the sandbox supervisor is not running")
+            task_id = next(self._ids)
+            self._tasks[task_id] = state
+            await self.supervisor.send(
+                {
+                    "op": "run",
+                    "task": task_id,
+                    "source": source,
+                    "inputs": encode_inputs(inputs),
+                    "timeout": self.config.timeout_s,
+                    "rpc_timeout": self.config.rpc_timeout_s + 5.0,  # backstop behind the host's own timeout
+                }
+            )
+        except Exception as exc:  # noqa: BLE001 — whatever broke here is ours; the future must still resolve
+            self._resolve(state, {"status": "infra_error", "error": f"could not start the program: {exc!r}"[:500]})
+
+    # -- supervisor messages ---------------------------------------------------------------------
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                frame = await self.supervisor.recv()
+                op = frame.get("op")
+                if op == "rpc":
+                    state = self._tasks.get(frame["task"])
+                    if state is not None:
+                        asyncio.get_running_loop().create_task(self._serve_rpc(frame["task"], state, frame["request"]))
+                elif op == "done":
+                    state = self._tasks.pop(frame["task"], None)
+                    if state is not None:
+                        self._resolve(state, frame)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._fail_all(f"the sandbox supervisor died: {exc!r}"[:300])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 — a broken supervisor stream: fail what is in flight, loudly
+            self._fail_all(f"bad message from the sandbox supervisor: {exc!r}"[:300])
+
+    async def _serve_rpc(self, task_id: int, state: _TaskState, request: dict[str, Any]) -> None:
+        reply = await self._answer(state, request)
+        if task_id in self._tasks:
+            try:
+                if state.rpc_limit:  # no need to let it spin on: the status is settled
+                    await self.supervisor.send({"op": "kill", "task": task_id, "status": "rpc_limit"})
+                    return
+                await self.supervisor.send({"op": "reply", "task": task_id, "reply": reply})
+            except (ConnectionError, RuntimeError) as exc:
+                self._fail_all(f"lost the sandbox supervisor: {exc!r}")
+
+    async def _answer(self, state: _TaskState, request: dict[str, Any]) -> dict[str, Any]:
+        """One request from a program -> a reply frame. Never raises."""
+        state.rpcs += 1
+        if state.rpcs > self.config.max_rpcs:
+            # Remembered even if the program swallows the exception: the status is rpc_limit.
+            state.rpc_limit = True
+            return {"error": "ToolError", "message": f"the program made more than {self.config.max_rpcs} tool calls"}
+        method = request.get("method")
+        try:
+            if method == "call":
+                call = _parse_call(request)
+                try:
+                    result, cached, seconds = await self.host.call(call)
+                except ToolError as exc:
+                    state.trace.append(ToolCallRecord(call.tool, call.args, _box(call), f"ToolError: {exc}"[:200]))
+                    raise
+                state.trace.append(
+                    ToolCallRecord(call.tool, call.args, _box(call), short_result(result), cached, round(seconds, 6))
+                )
+                return {"ok": result}
+            if method == "pixels":
+                return {"ok": await self.host.pixels(str(request.get("image")))}
+            if method == "register":
+                return {"ok": self.host.register(request.get("shape"), request.get("data"))}
+            return {"error": "ToolError", "message": f"unknown request {str(method)[:40]!r}"}
+        except ToolError as exc:
+            return {"error": "ToolError", "message": str(exc)[:500]}
+        except ToolUnavailable as exc:
+            state.infra = state.infra or str(exc)[:500]
+            return {"error": "ToolUnavailable", "message": str(exc)[:500]}
+        except Exception as exc:  # noqa: BLE001 — the tool host itself broke: our failure
+            state.infra = state.infra or f"tool host failure: {type(exc).__name__}: {exc}"[:500]
+            return {"error": "ToolUnavailable", "message": "tool host failure"}
+
+    # -- results ---------------------------------------------------------------------------------
+    def _resolve(self, state: _TaskState, frame: dict[str, Any]) -> None:
+        if state.future.done():
+            return
+        status, error = frame.get("status", "infra_error"), frame.get("error")
+        if state.infra is not None:
+            status, error = "infra_error", state.infra
+        elif state.rpc_limit:
+            status = "rpc_limit"
+            error = f"the program made more than {self.config.max_rpcs} tool calls"
+        elif status == "infra_error" and frame.get("from_program"):
+            # The program claims a tool failure we never reported: it forged or provoked it itself.
+            status, error = "killed", f"protocol violation: unexplained tool failure ({error})"[:500]
+        result = ExecutionResult(
+            example_id=state.example_id,
+            program_key=state.key,
+            status=status,
+            answer=frame.get("answer") if status == "ok" else None,
+            error=error,
+            duration_s=float(frame.get("duration_s", 0.0)),
+            tool_calls=tuple(state.trace),
+            stdout=frame.get("stdout", ""),
+        )
+        state.future.set_result(result)
+
+    def _fail_all(self, message: str) -> None:
+        for task_id in list(self._tasks):
+            self._resolve(self._tasks.pop(task_id), {"status": "infra_error", "error": message})
+
+    # -- sandbox: none ---------------------------------------------------------------------------
+    async def _execute_local(self, state: _TaskState, source: str, inputs: dict[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        client = _BridgeClient(self, state, loop)
+        async with self._local_lock:  # the API's bound client is process-global: one program at a time
+            outcome, stdout, seconds = await loop.run_in_executor(None, run_in_process, source, inputs, client)
+        self._resolve(
+            state,
+            {
+                "status": outcome.status,
+                "answer": outcome.answer,
+                "error": outcome.error,
+                "stdout": stdout,
+                "duration_s": seconds,
+            },
+        )
+
+
+class _BridgeClient:
+    """`ToolClient` for `sandbox: none`: the program's thread asks the runner's loop."""
+
+    def __init__(self, runner: BatchRunner, state: _TaskState, loop: asyncio.AbstractEventLoop) -> None:
+        self.runner, self.state, self.loop = runner, state, loop
+
+    def _ask(self, request: dict[str, Any]) -> Any:
+        reply = asyncio.run_coroutine_threadsafe(self.runner._answer(self.state, request), self.loop).result()
+        if "ok" in reply:
+            return reply["ok"]
+        if reply["error"] == "ToolError":
+            raise ToolError(reply["message"])
+        raise ToolUnavailable(reply["message"])
+
+    def call(self, tool, image, box, args):
+        return self._ask(
+            {"method": "call", "tool": tool, "image": image, "box": list(box) if box else None, "args": args}
+        )
+
+    def pixels(self, image):
+        return self.runner.host.images.get(image).load_pixels()
+
+    def register_pixels(self, pixels):
+        info = self.runner.host.images.add_array(pixels)
+        return info.ref, info.width, info.height
+
+
+def _parse_call(request: dict[str, Any]) -> ToolCall:
+    tool, image, box, args = request.get("tool"), request.get("image"), request.get("box"), request.get("args")
+    if not isinstance(tool, str) or not (image is None or isinstance(image, str)) or not isinstance(args, dict):
+        raise ToolError("malformed tool call")
+    if box is not None and not (isinstance(box, list) and len(box) == 4 and all(type(v) is int for v in box)):
+        raise ToolError(f"box must be four integers, got {str(box)[:80]}")
+    return ToolCall(tool, image, tuple(box) if box else None, args)
+
+
+def _box(call: ToolCall) -> list[int] | None:
+    return list(call.box) if call.box else None
+
+
+def _resolved(loop: asyncio.AbstractEventLoop, result: ExecutionResult) -> asyncio.Future:
+    future = loop.create_future()
+    future.set_result(result)
+    return future
+
+
+class SyncRunner:
+    """Blocking wrapper for callers without an event loop (a trl reward function, scripts).
+
+    It runs a `BatchRunner` on its own event-loop thread: `with SyncRunner(host) as r: r.run(pairs)`.
+    """
+
+    def __init__(self, host: ToolHost, config: RunnerConfig | None = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="executor-loop", daemon=True)
+        self._thread.start()
+        self.runner = BatchRunner(host, config)
+        try:
+            self._wait(self.runner.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _wait(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def run(self, pairs: Iterable[tuple[Example, str]], progress: bool = False) -> list[ExecutionResult]:
+        pairs = list(pairs)
+
+        async def go():
+            return await self.runner.run(pairs, progress=progress)
+
+        return self._wait(go())
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            try:
+                self._wait(self.runner.close())
+            finally:
+                self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> SyncRunner:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["BatchRunner", "RunnerConfig", "SandboxUnavailable", "SyncRunner", "SANDBOX_MODES"]

@@ -1,0 +1,280 @@
+"""Inside a sandbox: the isolation set-up after fork, the RPC client, and the one result frame.
+
+Process tree of one program (all forked, never exec'd, from the lean supervisor):
+
+    supervisor ── outer (setsid, PDEATHSIG, unshare net/mount/ipc/uts/pid)
+                    └─ init, PID 1 of the new namespace (chroot into an empty dir; reaps)
+                         └─ program, PID 2 (rlimits, per-slot uid, PDEATHSIG re-armed, NO_NEW_PRIVS)
+
+Killing `outer` kills `init` (PDEATHSIG) and the death of a namespace's init makes the kernel kill
+every process left in it, `setsid` daemons included. Descriptors are moved to fixed numbers and
+everything else is closed *right after fork*: without exec, O_CLOEXEC protects nothing, and an
+inherited sibling channel would let a program forge another program's result.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import contextlib
+import fcntl
+import io
+import math
+import os
+import resource
+import signal
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from executor.api import SourceImage, bind_client
+from executor.program import execute_program
+from executor.sandbox import framing, syscalls
+from executor.tools.base import ToolError, ToolUnavailable
+
+# Fixed descriptor numbers inside a sandbox.
+STDOUT_FD = 1  # and 2: the capped output pipe
+TO_SUPERVISOR_FD = 3  # frames the program side sends (rpc requests, the result)
+FROM_SUPERVISOR_FD = 4  # rpc replies
+SANDBOX_UID_BASE = 60000
+MAX_PIXELS = 4096 * 4096 * 3  # bytes of one image a program may build and register
+
+# Captured before any program runs: a program may rebind builtins for everyone in its process.
+_exit = os._exit
+_len = builtins.len
+_isinstance = builtins.isinstance
+_dict = builtins.dict
+# The stdlib's JSON decoder looks `len` & co. up in the real builtins module, which a program can
+# rebind (`import builtins; builtins.len = ...`); they are put back before every frame we handle.
+_BUILTINS = dict(builtins.__dict__)
+_builtins_dict = builtins.__dict__
+
+
+def _restore_builtins() -> None:
+    for name, value in _BUILTINS.items():
+        if _builtins_dict.get(name) is not value:
+            _builtins_dict[name] = value
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-program limits; travels to the supervisor as JSON."""
+
+    memory_mb: int = 1024  # RLIMIT_AS
+    nproc: int = 16  # RLIMIT_NPROC, per sandbox uid
+    nofile: int = 64
+    stack_mb: int = 8
+    max_output: int = 64 * 1024  # bytes of stdout+stderr before the program is killed (output_limit)
+    max_result: int = 1 << 20  # bytes of the result frame
+    max_request: int = 32 << 20  # bytes of one rpc request (a registered image is the big one)
+    max_reply: int = 64 << 20  # bytes of one rpc reply (pixels)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Limits:
+        return cls(**row)
+
+
+def start_sandbox(
+    slot: int,
+    task: dict[str, Any],
+    fds: tuple[int, int, int],
+    root: str,
+    limits: Limits,
+    supervisor_pid: int,
+    forget,
+) -> None:
+    """Runs in the child right after the supervisor's fork; never returns.
+
+    `fds` are the child's ends: (stdout pipe write end, request pipe write end, reply pipe read
+    end). `forget` drops the supervisor's state from this copy of its memory.
+    """
+    try:
+        # The supervisor's SIGCHLD wake-up descriptor may share a number with our channel.
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _fixed_descriptors(*fds)
+        os.setsid()
+        syscalls.set_pdeathsig(signal.SIGKILL)
+        if os.getppid() != supervisor_pid:  # the supervisor died before PDEATHSIG was armed
+            _exit(1)
+        flags = 0
+        for bit in syscalls.NAMESPACES.values():
+            flags |= bit
+        syscalls.unshare(flags)
+        init = os.fork()
+        if init:
+            _close_channel()
+            _exit(_wait_exit_code(init))
+        # PID 1 of the new namespace.
+        syscalls.set_pdeathsig(signal.SIGKILL)
+        os.chroot(root)
+        os.chdir("/")
+        program = os.fork()
+        if program:
+            _close_channel()
+            _exit(_wait_exit_code(program, reap_all=True))
+        # PID 2: the program.
+        forget()
+        _drop_privileges(slot, task["timeout"], limits)
+    except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
+        _exit(1)
+    _run(task, limits)
+
+
+def _fixed_descriptors(out_w: int, req_w: int, rep_r: int) -> None:
+    # Move our ends above the fixed range first, so dup2 into 0..4 cannot clobber one of them.
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (out_w, req_w, rep_r)]
+    devnull = fcntl.fcntl(os.open("/dev/null", os.O_RDONLY), fcntl.F_DUPFD, 10)
+    os.dup2(devnull, 0)
+    os.dup2(high[0], STDOUT_FD)
+    os.dup2(high[0], 2)
+    os.dup2(high[1], TO_SUPERVISOR_FD)
+    os.dup2(high[2], FROM_SUPERVISOR_FD)
+    os.closerange(FROM_SUPERVISOR_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+def _close_channel() -> None:
+    # The waiting parents must not hold the channel open: end of file tells the supervisor that
+    # the program is gone.
+    os.closerange(0, FROM_SUPERVISOR_FD + 1)
+
+
+def _wait_exit_code(pid: int, reap_all: bool = False) -> int:
+    """Wait for `pid` (reaping orphans too as PID 1) and turn its end into an exit code."""
+    while True:
+        done, status = os.waitpid(-1 if reap_all else pid, 0)
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else min(code, 127)
+
+
+def _drop_privileges(slot: int, timeout: float, limits: Limits) -> None:
+    cpu = math.ceil(timeout) + 1  # a backstop only: the supervisor enforces the wall deadline
+    settings = {
+        resource.RLIMIT_AS: limits.memory_mb << 20,
+        resource.RLIMIT_NPROC: limits.nproc,
+        resource.RLIMIT_NOFILE: limits.nofile,
+        resource.RLIMIT_FSIZE: 0,  # also caps memfd/tmpfs writes, which RLIMIT_AS does not see
+        resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_STACK: limits.stack_mb << 20,
+    }
+    for which, value in settings.items():
+        resource.setrlimit(which, (value, value))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    uid = SANDBOX_UID_BASE + slot
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    # setuid() clears PDEATHSIG (the kernel resets it on a credential change): arm it again.
+    syscalls.set_pdeathsig(signal.SIGKILL)
+    syscalls.set_no_new_privs()
+    os.environ.clear()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _run(task: dict[str, Any], limits: Limits) -> None:
+    """Run the program and send exactly one result frame, then leave without cleanup."""
+    try:
+        framing.send_blocking(TO_SUPERVISOR_FD, {"op": "ready"})
+        out = io.TextIOWrapper(io.FileIO(STDOUT_FD, "w", closefd=False), encoding="utf-8", errors="replace")
+        sys.stdout = sys.stderr = out
+        client = ChannelClient(limits.max_reply)
+        with bind_client(client):
+            outcome = execute_program(task["source"], decode_inputs(task["inputs"]))
+        status, error = outcome.status, outcome.error
+        if status == "runtime_error" and (error or "").split(":", 1)[0].endswith("MemoryError"):
+            status = "memory_limit"
+        _restore_builtins()
+        # A closed or broken stdout is the program's doing; the result still goes.
+        with contextlib.suppress(BaseException):
+            out.flush()
+        framing.send_blocking(
+            TO_SUPERVISOR_FD, {"op": "result", "status": status, "answer": outcome.answer, "error": error}
+        )
+    except BaseException:  # noqa: BLE001 — no result frame: the supervisor classifies the exit
+        _exit(3)
+    _exit(0)
+
+
+def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Inputs as JSON: a `SourceImage` becomes a tagged handle (ref and size, never pixels)."""
+    out = {}
+    for name, value in inputs.items():
+        if isinstance(value, SourceImage):
+            out[name] = {"__source_image__": [value.ref, value.width, value.height]}
+        else:
+            out[name] = value
+    return out
+
+
+def decode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, value in inputs.items():
+        if _isinstance(value, _dict) and "__source_image__" in value:
+            ref, width, height = value["__source_image__"]
+            out[name] = SourceImage(ref, width, height)
+        else:
+            out[name] = value
+    return out
+
+
+class ChannelClient:
+    """The `ToolClient` of a sandboxed program: each call is one blocking request/reply frame pair."""
+
+    def __init__(self, max_reply: int) -> None:
+        self.max_reply = max_reply
+        self._pixels: dict[str, np.ndarray] = {}
+
+    def _rpc(self, request: dict[str, Any]) -> Any:
+        _restore_builtins()
+        try:
+            framing.send_blocking(TO_SUPERVISOR_FD, request)
+            reply = framing.recv_blocking(FROM_SUPERVISOR_FD, self.max_reply)
+        except (OSError, framing.FrameError) as exc:
+            raise ToolUnavailable(f"the channel to the tool host is broken: {exc}") from None
+        if "ok" in reply:
+            return reply["ok"]
+        if reply.get("error") == "ToolError":
+            raise ToolError(reply.get("message", ""))
+        raise ToolUnavailable(reply.get("message", "tool host failure"))
+
+    def call(self, tool: str, image: str | None, box, args: dict[str, Any]) -> Any:
+        return self._rpc(
+            {
+                "op": "rpc",
+                "method": "call",
+                "tool": tool,
+                "image": image,
+                "box": list(box) if box else None,
+                "args": args,
+            }
+        )
+
+    def pixels(self, image: str) -> np.ndarray:
+        if image not in self._pixels:
+            reply = self._rpc({"op": "rpc", "method": "pixels", "image": image})
+            height, width = reply["shape"]
+            data = base64.b64decode(reply["data"])
+            self._pixels[image] = np.frombuffer(data, dtype=np.uint8).reshape(height, width, 3)
+        return self._pixels[image]
+
+    def register_pixels(self, pixels) -> tuple[str, int, int]:
+        arr = np.ascontiguousarray(pixels, dtype=np.uint8)
+        if arr.ndim != 3 or arr.shape[2] != 3 or arr.nbytes > MAX_PIXELS:
+            raise ValueError(f"an image must be (H, W, 3) and at most {MAX_PIXELS} bytes, got shape {arr.shape}")
+        reply = self._rpc(
+            {
+                "op": "rpc",
+                "method": "register",
+                "shape": [int(arr.shape[0]), int(arr.shape[1])],
+                "data": base64.b64encode(arr.tobytes()).decode("ascii"),
+            }
+        )
+        ref, width, height = reply
+        return str(ref), int(width), int(height)

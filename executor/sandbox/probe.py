@@ -1,0 +1,168 @@
+"""Which isolation layers work on this machine: probed in a throwaway child at supervisor start.
+
+Every layer is tried for real (a namespace is created, a chroot entered, a uid dropped) rather
+than inferred from the kernel version or from being root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import tempfile
+
+from executor.sandbox import syscalls
+
+LAYERS: tuple[str, ...] = (
+    "netns",
+    "mountns",
+    "ipcns",
+    "utsns",
+    "pidns",
+    "no_network",
+    "chroot",
+    "uid",
+    "pdeathsig_after_setuid",
+    "no_new_privs",
+    "rlimits",
+)
+
+_ROOT_FIX = (
+    "run the executor as root (or with CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SETUID and CAP_SETGID); as a "
+    "non-root user this needs user namespaces, which Ubuntu 23.10+ blocks unless "
+    "`sysctl kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile allows them"
+)
+FIXES: dict[str, str] = {
+    **{name: _ROOT_FIX + f" (unshare of the {name[:-2]} namespace failed)" for name in syscalls.NAMESPACES},
+    "no_network": "the network namespace still reaches a network: check that unshare(CLONE_NEWNET) is not "
+    "being intercepted (seccomp or a container runtime)",
+    "chroot": _ROOT_FIX + " (chroot needs CAP_SYS_CHROOT)",
+    "uid": _ROOT_FIX + " (switching to the per-slot uids 60000+ needs CAP_SETUID/CAP_SETGID)",
+    "pdeathsig_after_setuid": "the kernel did not keep PR_SET_PDEATHSIG after it was re-armed; sandboxes could "
+    "outlive the supervisor",
+    "no_new_privs": "prctl(PR_SET_NO_NEW_PRIVS) failed; the kernel is older than 3.5 or a policy blocks prctl",
+    "rlimits": "setrlimit failed; a container may forbid lowering the hard limits",
+}
+
+
+def probe_layers(uid: int = 60000 + 999) -> dict[str, str]:
+    """`{layer: "ok" | reason}` for every layer in `LAYERS`, from a forked child."""
+    read_fd, write_fd = os.pipe()
+    root = tempfile.mkdtemp(prefix="vprl-probe-")
+    os.chmod(root, 0o555)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(read_fd)
+        try:
+            report = _probe_in_child(root, uid)
+        except BaseException as exc:  # noqa: BLE001 — reported, then the parent names the missing layers
+            report = {"_error": repr(exc)}
+        os.write(write_fd, json.dumps(report).encode())
+        os._exit(0)
+    os.close(write_fd)
+    chunks = []
+    while chunk := os.read(read_fd, 65536):
+        chunks.append(chunk)
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    os.rmdir(root)
+    report = json.loads(b"".join(chunks) or b"{}")
+    return {name: report.get(name, report.get("_error", "not probed")) for name in LAYERS}
+
+
+def _try(report: dict[str, str], name: str, fn) -> bool:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 — any failure means the layer is missing; the reason is reported
+        report[name] = f"{type(exc).__name__}: {exc}"
+        return False
+    report[name] = "ok"
+    return True
+
+
+def _probe_in_child(root: str, uid: int) -> dict[str, str]:
+    report: dict[str, str] = {}
+    for name, flag in syscalls.NAMESPACES.items():
+        _try(report, name, lambda flag=flag: syscalls.unshare(flag))
+    if report["netns"] == "ok":
+        _try(report, "no_network", _check_no_network)
+    else:
+        report["no_network"] = "no network namespace"
+    if report["pidns"] == "ok":
+        _try(report, "pidns", _check_pid_one)
+    _try(report, "chroot", lambda: (os.chroot(root), os.chdir("/"), _expect(os.listdir("/") == [], "root not empty")))
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NPROC, (16, 16))
+
+    _try(report, "rlimits", limits)
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        _expect(os.getuid() == uid and os.geteuid() == uid, "uid did not change")
+        try:
+            os.setuid(0)
+        except PermissionError:
+            return
+        raise RuntimeError("could switch back to root after dropping the uid")
+
+    if _try(report, "uid", drop):
+        _try(
+            report,
+            "pdeathsig_after_setuid",
+            lambda: (
+                syscalls.set_pdeathsig(signal.SIGKILL),
+                _expect(syscalls.get_pdeathsig() == signal.SIGKILL, "PDEATHSIG not set"),
+            ),
+        )
+    else:
+        report["pdeathsig_after_setuid"] = "uid layer missing"
+    _try(report, "no_new_privs", syscalls.set_no_new_privs)
+    return report
+
+
+def _expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise RuntimeError(message)
+
+
+def _check_no_network() -> None:
+    import socket  # only in this throwaway child: the supervisor itself never imports socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 53))  # TEST-NET-1: connecting a UDP socket needs only a route
+    except OSError:
+        return
+    finally:
+        s.close()
+    raise RuntimeError("a route to the outside exists inside the network namespace")
+
+
+def _check_pid_one() -> None:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the grandchild
+        os._exit(0 if os.getpid() == 1 else 1)
+    _, status = os.waitpid(pid, 0)
+    _expect(os.waitstatus_to_exitcode(status) == 0, "the first child of the new pid namespace is not PID 1")
+
+
+def missing_layers(report: dict[str, str], required: tuple[str, ...] = LAYERS) -> list[str]:
+    return [name for name in required if report.get(name) != "ok"]
+
+
+def explain_missing(report: dict[str, str], required: tuple[str, ...] = LAYERS) -> str:
+    lines = [
+        f"  - {name}: {report.get(name, 'unknown layer')}; fix: {FIXES.get(name, f'valid layers are {list(LAYERS)}')}"
+        for name in missing_layers(report, required)
+    ]
+    return (
+        "the sandbox cannot start because isolation layers are missing:\n"
+        + "\n".join(lines)
+        + "\n(`--sandbox none` runs programs in-process WITHOUT isolation, for debugging only)"
+    )

@@ -1,0 +1,461 @@
+"""The lean supervisor (the zygote): forks one fresh sandbox per program and polices it.
+
+It runs as its own `python -I` process with a scrubbed environment, started before any model or
+dataset is loaded, so a forked sandbox inherits no labels, tokens, CUDA state or sibling data.
+It speaks length-prefixed JSON with the runner over one descriptor (`python -m
+executor.sandbox.supervisor FD`) and with each sandbox over two pipes plus a capped output pipe.
+
+It is single-threaded: one selector loop that starts queued tasks in free slots, relays tool
+calls to the runner (pausing the program's clock while one is in flight), enforces wall-clock
+deadlines with SIGKILL, caps output and result sizes, reaps every process (it is a child
+subreaper), and reports exactly one `done` frame per task. Accounting is done here, never taken
+from what a sandbox says; nothing a sandbox sends is ever executed or unpickled.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Single-threaded numerical libraries: a forked child of a multi-threaded process is fragile.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import contextlib  # noqa: E402
+import errno  # noqa: E402
+import importlib  # noqa: E402
+import selectors  # noqa: E402
+import signal  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections import deque  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+from executor.program import BadReturn, to_plain  # noqa: E402
+from executor.sandbox import framing, syscalls  # noqa: E402
+from executor.sandbox.child import Limits, start_sandbox  # noqa: E402
+from executor.sandbox.probe import LAYERS, explain_missing, missing_layers, probe_layers  # noqa: E402
+
+# What programs may import: inside the empty chroot only modules already loaded can be imported.
+PRELOAD = (
+    *("base64", "binascii", "bisect", "cmath", "collections", "copy", "dataclasses", "datetime", "decimal"),
+    *("fractions", "functools", "heapq", "itertools", "json", "math", "operator", "random", "re", "statistics"),
+    *("string", "time", "typing", "unicodedata", "numpy", "numpy.linalg", "numpy.random", "numpy.fft"),
+    *("encodings.ascii", "encodings.idna", "encodings.latin_1", "encodings.utf_8", "encodings.utf_16"),
+    *("encodings.utf_32", "encodings.cp1252", "encodings.unicode_escape", "encodings.raw_unicode_escape"),
+    *("executor.api", "executor.program"),
+)
+HOST_MAX_FRAME = 256 << 20
+ROOT_PREFIX = "vprl-sandbox-root-"  # + supervisor pid: an empty, read-only directory to chroot into
+CHILD_STATUSES = frozenset({"ok", "syntax_error", "runtime_error", "bad_return", "memory_limit", "infra_error"})
+RPC_METHODS = frozenset({"call", "pixels", "register"})
+
+
+@dataclass
+class Task:
+    id: int
+    source: str
+    inputs: dict[str, Any]
+    timeout: float
+    rpc_timeout: float
+    slot: int = -1
+    pid: int = 0
+    started: float = 0.0
+    fds: dict[str, int] = field(default_factory=dict)  # out, req (we read), rep (we write)
+    reader: framing.FrameReader | None = None
+    stdout: bytearray = field(default_factory=bytearray)
+    out_bytes: int = 0
+    ready: bool = False
+    rpc_since: float | None = None
+    rpc_wait: float = 0.0
+    wbuf: bytearray = field(default_factory=bytearray)
+    finished: bool = False
+
+
+class Supervisor:
+    def __init__(self, host_fd: int, slots: int, limits: Limits) -> None:
+        self.host_fd = host_fd
+        self.limits = limits
+        self.free_slots = list(range(slots))
+        self.queue: deque[Task] = deque()
+        self.tasks: dict[int, Task] = {}  # started, not yet reaped
+        self.by_pid: dict[int, Task] = {}
+        self.host_reader = framing.FrameReader(HOST_MAX_FRAME)
+        self.sel = selectors.DefaultSelector()
+        self.closing = False
+        self.pid = os.getpid()
+        remove_stale_roots()
+        self.root = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{self.pid}-")
+        os.chmod(self.root, 0o555)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, self._on_wake)
+        self.sel.register(host_fd, selectors.EVENT_READ, self._on_host)
+
+    # -- main loop -------------------------------------------------------------------------------
+    def serve(self) -> None:
+        try:
+            while not self.closing:
+                for key, mask in self.sel.select(self._select_timeout()):
+                    key.data(key.fd, mask)
+                self._reap()
+                self._check_deadlines()
+                self._start_queued()
+        finally:
+            self._shutdown()
+
+    def _select_timeout(self) -> float:
+        now = time.monotonic()
+        waits = [0.5]
+        for t in self.tasks.values():
+            if not t.finished:
+                if t.rpc_since is None:
+                    waits.append(t.started + t.timeout + t.rpc_wait - now)
+                else:
+                    waits.append(t.rpc_since + t.rpc_timeout - now)
+        return max(min(waits), 0.0)
+
+    def _on_wake(self, fd: int, mask: int) -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    # -- runner side -----------------------------------------------------------------------------
+    def _send_host(self, frame: dict[str, Any]) -> None:
+        framing.send_blocking(self.host_fd, frame)
+
+    def _on_host(self, fd: int, mask: int) -> None:
+        data = os.read(fd, 1 << 20)
+        if not data:  # the runner is gone: nobody wants the results
+            self.closing = True
+            return
+        for frame in self.host_reader.feed(data):
+            op = frame.get("op")
+            if op == "run":
+                self.queue.append(
+                    Task(
+                        frame["task"],
+                        frame["source"],
+                        frame["inputs"],
+                        float(frame["timeout"]),
+                        float(frame["rpc_timeout"]),
+                    )
+                )
+            elif op == "reply":
+                self._deliver_reply(frame["task"], frame["reply"])
+            elif op == "kill":  # the runner ends a task early (e.g. it went past its tool-call cap)
+                task = self.tasks.get(frame["task"])
+                if task is not None:
+                    self._finish(task, str(frame["status"]), str(frame.get("error", ""))[:500])
+            elif op == "shutdown":
+                self.closing = True
+            else:
+                raise ValueError(f"unknown op from the runner: {op!r}")
+
+    def _deliver_reply(self, task_id: int, reply: dict[str, Any]) -> None:
+        task = self.tasks.get(task_id)
+        if task is None or task.finished or task.rpc_since is None:
+            return  # the task ended while its call was in flight
+        task.rpc_wait += time.monotonic() - task.rpc_since
+        task.rpc_since = None
+        task.wbuf += framing.encode(reply)
+        self._flush_reply(task)
+
+    def _flush_reply(self, task: Task) -> None:
+        fd = task.fds.get("rep")
+        if fd is None:
+            task.wbuf.clear()
+            return
+        try:
+            while task.wbuf:
+                n = os.write(fd, task.wbuf)
+                del task.wbuf[:n]
+        except BlockingIOError:
+            pass
+        except OSError:  # the program closed its end; it will not read the reply anyway
+            task.wbuf.clear()
+        events = selectors.EVENT_WRITE if task.wbuf else 0
+        self._set_events(fd, events, lambda fd, mask, t=task: self._flush_reply(t))
+
+    def _set_events(self, fd: int, events: int, callback) -> None:
+        registered = fd in self.sel.get_map()
+        if events and not registered:
+            self.sel.register(fd, events, callback)
+        elif not events and registered:
+            self.sel.unregister(fd)
+
+    # -- starting a sandbox ----------------------------------------------------------------------
+    def _start_queued(self) -> None:
+        while self.queue and self.free_slots and not self.closing:
+            task = self.queue.popleft()
+            task.slot = self.free_slots.pop()
+            try:
+                self._fork(task)
+            except OSError as exc:
+                self.free_slots.append(task.slot)
+                self._report(task, "infra_error", f"sandbox fork failed: {exc}")
+
+    def _fork(self, task: Task) -> None:
+        out_r, out_w = os.pipe()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        payload = {"source": task.source, "inputs": task.inputs, "timeout": task.timeout}
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            start_sandbox(task.slot, payload, (out_w, req_w, rep_r), self.root, self.limits, self.pid, self._forget)
+            os._exit(1)
+        for fd in (out_w, req_w, rep_r):
+            os.close(fd)
+        for fd in (out_r, req_r, rep_w):
+            os.set_blocking(fd, False)
+        task.pid, task.started = pid, time.monotonic()
+        task.fds = {"out": out_r, "req": req_r, "rep": rep_w}
+        task.reader = framing.FrameReader(self.limits.max_request)
+        task.source = ""  # the child has its copy; keep the supervisor's memory small
+        self.tasks[task.id] = task
+        self.by_pid[pid] = task
+        self.sel.register(out_r, selectors.EVENT_READ, lambda fd, mask, t=task: self._on_output(t))
+        self.sel.register(req_r, selectors.EVENT_READ, lambda fd, mask, t=task: self._on_request(t))
+
+    def _forget(self) -> None:
+        """In a sandbox: drop the supervisor's state from the copied memory before the program runs."""
+        self.queue.clear()
+        self.tasks.clear()
+        self.by_pid.clear()
+        self.host_reader = framing.FrameReader(0)
+
+    # -- a sandbox's channels --------------------------------------------------------------------
+    def _on_output(self, task: Task) -> None:
+        if "out" not in task.fds:  # closed earlier in this same select round
+            return
+        try:
+            data = os.read(task.fds["out"], 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self._close_fd(task, "out")
+            return
+        task.out_bytes += len(data)
+        room = self.limits.max_output - len(task.stdout)
+        task.stdout += data[: max(room, 0)]
+        if task.out_bytes > self.limits.max_output:
+            self._finish(task, "output_limit", f"the program printed more than {self.limits.max_output} bytes")
+
+    def _on_request(self, task: Task) -> None:
+        if "req" not in task.fds:
+            return
+        try:
+            data = os.read(task.fds["req"], 1 << 20)
+        except BlockingIOError:
+            return
+        if not data:
+            self._close_fd(task, "req")  # the program is gone; its exit status will classify it
+            return
+        for frame in task.reader.feed(data):
+            if task.finished:
+                return
+            self._on_frame(task, frame)
+        error = task.reader.error
+        if error is not None and not task.finished:
+            if isinstance(error, framing.FrameTooLarge):
+                self._finish(task, "output_limit" if task.ready else "infra_error", str(error))
+            else:
+                self._finish(task, "killed" if task.ready else "infra_error", f"protocol violation: {error}")
+
+    def _on_frame(self, task: Task, frame: Any) -> None:
+        op = frame.get("op") if isinstance(frame, dict) else None
+        if not task.ready:
+            if op == "ready":
+                task.ready = True
+            else:
+                self._finish(task, "infra_error", f"sandbox sent {op!r} before it was ready")
+            return
+        if op == "rpc" and frame.get("method") in RPC_METHODS and task.rpc_since is None:
+            task.rpc_since = time.monotonic()
+            self._send_host({"op": "rpc", "task": task.id, "request": frame})
+        elif op == "result":
+            self._finish_with_result(task, frame)
+        else:
+            self._finish(task, "killed", f"protocol violation: unexpected {str(op)[:40]!r} message from the program")
+
+    def _finish_with_result(self, task: Task, frame: dict[str, Any]) -> None:
+        status = frame.get("status")
+        if status not in CHILD_STATUSES:
+            self._finish(task, "killed", f"protocol violation: status {str(status)[:40]!r}")
+            return
+        if len(framing.encode(frame)) > self.limits.max_result:
+            self._finish(task, "output_limit", f"the result is larger than {self.limits.max_result} bytes")
+            return
+        error = frame.get("error")
+        error = clean_text(error)[:1000] if isinstance(error, str) else None
+        try:
+            answer = clean(to_plain(frame.get("answer")))
+        except (BadReturn, RecursionError) as exc:
+            self._finish(task, "bad_return", str(exc))
+            return
+        self._finish(task, status, error, answer, from_program=True)
+
+    def _close_fd(self, task: Task, name: str) -> None:
+        fd = task.fds.pop(name, None)
+        if fd is not None:
+            if fd in self.sel.get_map():
+                self.sel.unregister(fd)
+            os.close(fd)
+
+    # -- ending a task ---------------------------------------------------------------------------
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for task in list(self.tasks.values()):
+            if task.finished:
+                continue
+            if task.rpc_since is not None:
+                if now - task.rpc_since > task.rpc_timeout:
+                    self._finish(task, "infra_error", f"no answer from the tool host in {task.rpc_timeout:.1f} s")
+            elif now - task.started - task.rpc_wait > task.timeout:
+                self._finish(task, "timeout", f"the program ran longer than {task.timeout:g} s")
+
+    def _finish(
+        self, task: Task, status: str, error: str | None = None, answer: Any = None, from_program: bool = False
+    ) -> None:
+        if task.finished:
+            return
+        task.finished = True
+        with contextlib.suppress(ProcessLookupError):  # not yet reaped, so the pid cannot have been reused
+            os.kill(task.pid, signal.SIGKILL)
+        if "out" in task.fds:
+            self._on_output_drain(task)
+        for name in list(task.fds):
+            self._close_fd(task, name)
+        task.wbuf.clear()
+        self._report(task, status, error, answer, from_program)
+
+    def _on_output_drain(self, task: Task) -> None:
+        fd = task.fds["out"]
+        try:
+            while len(task.stdout) < self.limits.max_output and (data := os.read(fd, 65536)):
+                task.stdout += data[: self.limits.max_output - len(task.stdout)]
+        except BlockingIOError:
+            pass
+
+    def _report(
+        self, task: Task, status: str, error: str | None, answer: Any = None, from_program: bool = False
+    ) -> None:
+        duration = time.monotonic() - task.started if task.started else 0.0
+        self._send_host(
+            {
+                "op": "done",
+                "task": task.id,
+                "status": status,
+                "answer": answer,
+                "error": error,
+                "stdout": task.stdout.decode("utf-8", "replace")[:10_000],
+                "duration_s": round(duration, 6),
+                "rpc_wait_s": round(task.rpc_wait, 6),
+                "from_program": from_program,  # the status is the program's own claim (checked by the runner)
+            }
+        )
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            task = self.by_pid.pop(pid, None)
+            if task is None:
+                continue  # an orphaned namespace init handed to us as subreaper
+            if not task.finished:
+                if "req" in task.fds:  # a result may still sit in the pipe
+                    self._on_request(task)
+                if not task.finished:
+                    self._finish(task, *classify_exit(os.waitstatus_to_exitcode(status), task.ready))
+            self.tasks.pop(task.id, None)
+            self.free_slots.append(task.slot)
+
+    def _shutdown(self) -> None:
+        for task in list(self.tasks.values()):
+            if not task.finished:
+                self._finish(task, "infra_error", "the executor shut down")
+        deadline = time.monotonic() + 5
+        while self.by_pid and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.005)
+        try:
+            os.rmdir(self.root)
+        except OSError as exc:
+            print(f"supervisor: could not remove {self.root}: {exc}", file=sys.stderr)
+
+
+def remove_stale_roots() -> None:
+    """Remove the empty roots of supervisors that were killed before they could clean up."""
+    folder = tempfile.gettempdir()
+    for name in os.listdir(folder):
+        if name.startswith(ROOT_PREFIX):
+            pid = name[len(ROOT_PREFIX) :].split("-")[0]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                with contextlib.suppress(OSError):  # not empty or not ours: leave it
+                    os.rmdir(os.path.join(folder, name))
+
+
+def classify_exit(code: int, ready: bool) -> tuple[str, str]:
+    """Status of a sandbox that ended without a result, from the outer process's exit code."""
+    if not ready:
+        return "infra_error", f"sandbox set-up failed (exit code {code})"
+    if code > 128 or code < 0:
+        sig = code - 128 if code > 128 else -code
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        if sig == signal.SIGXCPU:
+            return "timeout", "the program used up its CPU time"
+        return "killed", f"the program was killed by {name}"
+    return "killed", f"the program exited (code {code}) without returning a result"
+
+
+def clean_text(s: str) -> str:
+    return s if s.isascii() else s.encode("utf-8", "replace").decode("utf-8")
+
+
+def clean(value: Any) -> Any:
+    """Replace lone surrogates in strings of plain data (they cannot be written as UTF-8)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): clean(v) for k, v in value.items()}
+    return value
+
+
+def main(argv: list[str]) -> int:
+    host_fd = int(argv[1])
+    syscalls.set_pdeathsig(signal.SIGKILL)  # the runner died: so do we, and with us every sandbox
+    syscalls.set_child_subreaper()
+    os.set_blocking(host_fd, True)
+    for name in PRELOAD:
+        importlib.import_module(name)
+    config = framing.recv_blocking(host_fd, 1 << 20)
+    limits = Limits.from_json(config["limits"])
+    required = tuple(config.get("require_layers", LAYERS))
+    layers = probe_layers()
+    if missing_layers(layers, required):
+        framing.send_blocking(host_fd, {"op": "fatal", "message": explain_missing(layers, required)})
+        return 2
+    supervisor = Supervisor(host_fd, int(config["slots"]), limits)
+    framing.send_blocking(host_fd, {"op": "hello", "pid": os.getpid(), "layers": layers, "root": supervisor.root})
+    try:
+        supervisor.serve()
+    except OSError as exc:
+        if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+            raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

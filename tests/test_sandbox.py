@@ -1,0 +1,287 @@
+"""The sandbox itself: framing, the layer probe, the canary, and that no secret is reachable."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from data.records import Example
+from executor.host import ToolHost
+from executor.runner import BatchRunner, RunnerConfig, SyncRunner
+from executor.sandbox import framing
+from executor.sandbox.connection import SandboxUnavailable
+from executor.sandbox.probe import LAYERS, explain_missing, probe_layers
+from executor.tools.base import ImageStore
+from executor.tools.oracle import OracleBackend
+
+SECRET_ANSWER = "zebra" + "crossing" + "-7f3a"  # built at run time so this file's text is not the needle
+SECRET_ATTR = "mauve" + "ish" + "-91c"
+SECRET_ENV = "tok" + "-" + "5e1d" * 4
+SANDBOX_UID_BASE = 60000
+
+
+def make_world(root: Path) -> tuple[ToolHost, list[Example]]:
+    """Two tiny images with scene graphs (GQA format, x/y top-left) and an oracle tool host."""
+    scenes = {
+        "scene1": {
+            "width": 80,
+            "height": 60,
+            "objects": {
+                "1": {
+                    "name": "cat",
+                    "x": 5,
+                    "y": 5,
+                    "w": 20,
+                    "h": 20,
+                    "attributes": ["black", SECRET_ATTR],
+                    "relations": [],
+                },
+                "2": {"name": "dog", "x": 50, "y": 30, "w": 25, "h": 25, "attributes": ["white"], "relations": []},
+            },
+        },
+        "scene2": {
+            "width": 40,
+            "height": 40,
+            "objects": {
+                "1": {"name": "cat", "x": 1, "y": 1, "w": 10, "h": 10, "attributes": ["orange"], "relations": []}
+            },
+        },
+    }
+    examples = []
+    for image_id, scene in scenes.items():
+        path = root / f"{image_id}.png"
+        pixels = np.full((scene["height"], scene["width"], 3), 40 if image_id == "scene1" else 200, np.uint8)
+        Image.fromarray(pixels).save(path)
+        examples.append(
+            Example(f"q-{image_id}", "gqa", "vqa", "what colour is the cat?", str(path), answers=(SECRET_ANSWER,))
+        )
+    host = ToolHost(OracleBackend(ImageStore(), scenes=scenes), max_wait_ms=1.0)
+    return host, examples
+
+
+NORMAL = [
+    "def execute_command(image):\n    return ImagePatch(image).find('cat')[0].simple_query('what color is the cat?')\n",
+    "def execute_command(image):\n    p = ImagePatch(image)\n    return bool_to_yesno(p.exists('dog'))\n",
+    "def execute_command(image):\n    return len(ImagePatch(image).find('animal'))\n",
+    "def execute_command(image):\n    p = ImagePatch(image)\n    return [p.width, p.height, p.horizontal_center]\n",
+    "def execute_command(image):\n    return int(ImagePatch(image).cropped_image.mean())\n",
+    "def execute_command(image):\n    cats = ImagePatch(image).find('cat')\n    return cats[0] if cats else None\n",
+]
+
+
+def normal_program(i: int) -> str:
+    """A varied, deterministic normal program (most do tool calls)."""
+    return NORMAL[i % len(NORMAL)] + f"# variant {i}\nX_{i} = {i}\n"
+
+
+def sandbox_pids() -> list[int]:
+    """Processes running under a sandbox uid (there must be none between runs)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as fh:
+                    uid = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
+            except (OSError, StopIteration):
+                continue
+            if SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + 1000:
+                pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return make_world(tmp_path_factory.mktemp("world"))
+
+
+@pytest.fixture(scope="module")
+def runner(world):
+    host, _ = world
+    os.environ["VPRL_FAKE_HF_TOKEN"] = SECRET_ENV  # must never reach a sandbox
+    try:
+        with SyncRunner(host, RunnerConfig(slots=2, timeout_s=2.0, max_rpcs=50)) as r:
+            yield r
+    finally:
+        del os.environ["VPRL_FAKE_HF_TOKEN"]
+
+
+def run_one(runner: SyncRunner, example: Example, source: str):
+    (result,) = runner.run([(example, source)])
+    return result
+
+
+# -- framing -------------------------------------------------------------------------------------
+def test_frames_round_trip_and_enforce_cap():
+    reader = framing.FrameReader(max_frame=100)
+    data = framing.encode({"a": [1, "é", None]}) + framing.encode("x")
+    assert reader.feed(data[:3]) == []
+    assert reader.feed(data[3:]) == [{"a": [1, "é", None]}, "x"]
+    assert reader.feed(framing.encode(1) + framing.HEADER.pack(101)) == [1]  # good frames before a bad one survive
+    assert isinstance(reader.error, framing.FrameTooLarge)
+    assert reader.feed(framing.encode(2)) == []  # a broken stream accepts nothing more
+    bad = framing.FrameReader(100)
+    assert bad.feed(framing.HEADER.pack(2) + b"\xff\xfe") == [] and isinstance(bad.error, framing.FrameError)
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    nested = framing.FrameReader(1 << 20)
+    assert nested.feed(framing.HEADER.pack(len(deep)) + deep) == [] and nested.error is not None
+    assert framing.decode_body(framing.encode("a\ud800b")[4:]) == "a?b"  # lone surrogates cannot travel
+
+
+# -- layers --------------------------------------------------------------------------------------
+def test_probe_finds_every_layer_as_root():
+    if os.geteuid() != 0:
+        pytest.skip("the full layer set needs root")
+    report = probe_layers()
+    assert report == {name: "ok" for name in LAYERS}, report
+
+
+def test_missing_layer_is_named_with_its_fix():
+    message = explain_missing({**{n: "ok" for n in LAYERS}, "netns": "PermissionError: [Errno 1]"})
+    assert "netns" in message and "fix:" in message and "--sandbox none" in message
+    assert "chroot" not in message
+
+
+def test_refuses_to_start_without_a_required_layer(world):
+    host, _ = world
+
+    async def start():
+        await BatchRunner(host, RunnerConfig(slots=1, require_layers=("netns", "no_such_layer"))).start()
+
+    with pytest.raises(SandboxUnavailable, match="no_such_layer"):
+        asyncio.run(start())
+
+
+# -- the canary: isolation is really on ------------------------------------------------------------
+CANARY = """
+def execute_command(image):
+    import os, sys, resource
+    facts = {"uid": os.getuid(), "pid": os.getpid(), "root": os.listdir("/"), "env": sorted(os.environ),
+             "fds": sorted(int(fd) for fd in range(64) if _isfd(fd)),
+             "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0], "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0]}
+    try:
+        os.setuid(0)
+        facts["setuid0"] = True
+    except PermissionError:
+        facts["setuid0"] = False
+    try:
+        import socket
+        facts["socket"] = "imported"
+    except ImportError:
+        facts["socket"] = "absent"
+    return facts
+
+def _isfd(fd):
+    import os
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+"""
+
+
+def test_canary_proves_isolation(runner, world):
+    _, examples = world
+    result = run_one(runner, examples[0], CANARY)
+    assert result.status == "ok", result
+    facts = result.answer
+    assert SANDBOX_UID_BASE <= facts["uid"] < SANDBOX_UID_BASE + 2
+    assert facts["pid"] == 2  # PID 2 of a fresh pid namespace, under its own init
+    assert facts["root"] == []  # empty chroot: no /etc, no /proc, no /dev/shm
+    assert facts["env"] == []
+    assert facts["fds"] == [0, 1, 2, 3, 4]  # stdin, output pipe (1, 2), the two channel pipes
+    assert facts["nproc"] == 16 and facts["fsize"] == 0
+    assert facts["setuid0"] is False
+    assert facts["socket"] == "absent"
+
+
+def test_normal_programs_answer_from_the_tools(runner, world):
+    _, examples = world
+    results = runner.run([(examples[0], NORMAL[0]), (examples[1], NORMAL[0]), (examples[0], NORMAL[5])])
+    assert [r.status for r in results] == ["ok", "ok", "ok"]
+    assert results[0].answer == "black" and results[1].answer == "orange"
+    assert results[2].answer == {"box": [5, 35, 25, 55]}  # top-left (5,5,25,25) in a 60-high image
+    assert [c.tool for c in results[0].tool_calls] == ["detect", "vqa"]
+
+
+# -- labels, secrets and files are out of reach -------------------------------------------------
+MEMORY_SEARCH = """
+def execute_command(image):
+    import gc, sys
+    needles = [{needles}]
+    hits = []
+    def look(value, where):
+        if isinstance(value, str) and any(n in value for n in needles) and not any(value is n for n in needles):
+            hits.append(where)
+    for obj in gc.get_objects():
+        if obj is needles or obj is hits:
+            continue
+        if isinstance(obj, dict):
+            for k, v in list(obj.items()):
+                look(k, "gc dict key"); look(v, "gc dict value")
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            for v in list(obj):
+                look(v, "gc container")
+    for name, module in list(sys.modules.items()):
+        for k, v in list(getattr(module, "__dict__", {{}}).items()):
+            look(v, "module " + name + "." + str(k))
+    for k, v in globals().items():
+        look(v, "globals " + k)
+    return hits
+"""
+
+
+def test_answers_scene_graphs_and_tokens_are_not_in_sandbox_memory(runner, world):
+    _, examples = world
+    # The needles are assembled at run time inside the program, so the source does not contain them.
+    parts = [repr(s[:4]) + " + " + repr(s[4:]) for s in (SECRET_ANSWER, SECRET_ATTR, SECRET_ENV)]
+    result = run_one(runner, examples[0], MEMORY_SEARCH.format(needles=", ".join(parts)))
+    assert result.status == "ok", result
+    assert result.answer == []
+
+
+def test_environment_proc_and_files_are_unreachable(runner, world, tmp_path):
+    _, examples = world
+    marker = tmp_path / "marker.txt"
+    marker.write_text("host file")
+    program = f"""
+def execute_command(image):
+    import os
+    out = {{"env": dict(os.environ)}}
+    for path in ["/proc/1/environ", "/proc/self/environ", "/etc/passwd", {str(marker)!r}, "/dev/shm"]:
+        try:
+            out[path] = open(path).read()[:50]
+        except OSError as exc:
+            out[path] = type(exc).__name__
+    return out
+"""
+    result = run_one(runner, examples[0], program)
+    assert result.status == "ok", result
+    assert result.answer["env"] == {}
+    assert all(v in ("FileNotFoundError", "PermissionError") for k, v in result.answer.items() if k != "env")
+    assert SECRET_ENV not in str(result)
+
+
+def test_no_sandbox_processes_remain(runner, world):
+    _, examples = world
+    runner.run([(examples[0], "def execute_command(image):\n    import os\n    os.fork()\n    return 1\n")])
+    for _ in range(100):
+        if not sandbox_pids():
+            break
+        import time
+
+        time.sleep(0.01)
+    assert sandbox_pids() == []
+
+
+def test_sandbox_none_runs_in_process_with_a_warning(world):
+    host, examples = world
+    with pytest.warns(RuntimeWarning, match="NO isolation"), SyncRunner(host, RunnerConfig(sandbox="none")) as r:
+        results = r.run([(examples[0], NORMAL[0]), (examples[0], "def execute_command(image):\n    return 1/0\n")])
+    assert [x.status for x in results] == ["ok", "runtime_error"]
+    assert results[0].answer == "black" and len(results[0].tool_calls) == 2
