@@ -14,7 +14,6 @@ import asyncio
 import json
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -72,20 +71,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def make_backend(tools: str, overrides: dict[str, Any], images: ImageStore) -> ToolBackend:
     config = read_tool_stack(tools)
-    config.update(overrides)
-    if config["backend"] == "oracle":
-        graphs = config.get("scene_graphs")
-        if not graphs and "scenes" not in config:
-            raise ValueError(f"{tools}: the oracle backend needs `scene_graphs:` (or --set scene_graphs=PATH)")
-        path = Path(graphs)
-        if not path.is_absolute() and not path.exists():
-            path = Path(tools).parent / path
-        from data.loaders.gqa import load_scene_graphs
-
-        # The oracle reads scenes as GQA-format dicts; the loader validates the file first.
-        config["scenes"] = {k: v.to_json() for k, v in load_scene_graphs(path).items()}
-        config["scene_graphs"] = str(path)
-    return build_backend(config, images)
+    if config["backend"] == "oracle" and not (overrides.get("scene_graphs") or config.get("scene_graphs")):
+        raise ValueError(f"{tools}: the oracle backend needs `scene_graphs:` (or --set scene_graphs=PATH)")
+    return build_backend(config, images, **overrides)
 
 
 async def run(args: argparse.Namespace) -> Counter:

@@ -46,7 +46,7 @@ class OracleBackend(ToolBackend):
         self,
         images: ImageStore,
         scenes: dict[str, dict] | None = None,
-        scene_graphs: str | None = None,
+        scene_graphs: str | list[str] | None = None,
         llm_answers: dict[str, str] | None = None,
         min_visible: float = 0.5,
     ):
@@ -58,7 +58,10 @@ class OracleBackend(ToolBackend):
         if scenes is None:
             from data.loaders.gqa import load_scene_graphs
 
-            scenes = load_scene_graphs(scene_graphs)
+            # A world can span several files (the shapes world writes one per task).
+            scenes = {}
+            for path in [scene_graphs] if isinstance(scene_graphs, str) else scene_graphs:
+                scenes.update(load_scene_graphs(path))
         self.scenes = scenes
         self.llm_answers = dict(llm_answers or {})
         self.min_visible = min_visible

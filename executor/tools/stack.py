@@ -18,6 +18,19 @@ BACKENDS: dict[str, str] = {
 }
 
 
+# Settings that name files: a relative path is tried against the working directory, then against
+# the folder of the YAML file that names it.
+PATH_SETTINGS = frozenset({"scene_graphs"})
+
+
+def _resolve(value: Any, base: Path) -> Any:
+    if isinstance(value, list):
+        return [_resolve(v, base) for v in value]
+    if isinstance(value, str) and not Path(value).is_absolute() and not Path(value).exists():
+        return str(base / value)
+    return value
+
+
 def backend_class(name: str) -> type[ToolBackend]:
     if name not in BACKENDS:
         raise ValueError(f"unknown tool backend {name!r}; valid backends: {sorted(BACKENDS)}")
@@ -46,6 +59,10 @@ def build_backend(
         config = read_tool_stack(config)
     settings = {k: v for k, v in config.items() if k not in ("backend", "_source")}
     settings.update(overrides)
+    if "_source" in config:
+        base = Path(config["_source"]).parent
+        for key in PATH_SETTINGS & set(settings):
+            settings[key] = _resolve(settings[key], base)
     cls = backend_class(config["backend"])
     try:
         return cls(images or ImageStore(), **settings)
