@@ -15,22 +15,13 @@ pytest.importorskip("transformers")
 from executor.tools.base import ImageStore, ToolCall, ToolUnavailable, box_to_top_left
 from executor.tools.hf import HFBackend, tiny
 
-H, W = 100, 200
+H, W = 100, 200  # the size of the `store` fixture (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf_tiny")
     return {family: tiny.build(family, root) for family in tiny.BUILDERS}
-
-
-@pytest.fixture()
-def store():
-    images = ImageStore()
-    pixels = np.zeros((H, W, 3), dtype=np.uint8)
-    pixels[:, : W // 2, 0] = 255  # left half red, right half blue
-    pixels[:, W // 2 :, 2] = 255
-    return images, images.add_array(pixels).ref
 
 
 def full_config(paths, detector="grounding_dino", matcher="clip", captioner="blip2", depth="dpt"):

@@ -10,17 +10,16 @@ from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
 
 import torch
 
-from executor.tools.base import ImageStore, ToolCall, box_from_top_left
+from executor.tools.base import ToolCall, box_from_top_left
 from executor.tools.hf import HFBackend, tiny
 
-H, W = 100, 200
+H, W = 100, 200  # the size of the `store` fixture (tests/conftest.py)
 REGION = (50, 20, 150, 80)  # left, lower, right, upper: crop is 100 wide, 60 high, top-left corner (50, 20)
 
 
@@ -29,15 +28,6 @@ def paths(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf_tiny_outputs")
     families = ["grounding_dino", "owlv2", "clip", "siglip", "blip2", "blip2_t5", "dpt"]
     return {family: tiny.build(family, root) for family in families}
-
-
-@pytest.fixture()
-def store():
-    images = ImageStore()
-    pixels = np.zeros((H, W, 3), dtype=np.uint8)
-    pixels[:, : W // 2, 0] = 255  # left half red, right half blue
-    pixels[:, W // 2 :, 2] = 255
-    return images, images.add_array(pixels).ref
 
 
 def loaded(backend, tool):
