@@ -7,7 +7,7 @@ JSON (`to_json` / `from_json`), never pickle.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -75,8 +75,11 @@ def write_jsonl(path: str | Path, rows: Iterable[Any]) -> int:
     return n
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield `(line_number, row)`; a malformed line fails with the file and line number."""
+def read_jsonl(
+    path: str | Path, on_error: Callable[[int, str], None] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield `(line_number, row)`. A malformed line fails with the file and line number, or, with
+    `on_error`, is reported as `on_error(line_number, reason)` and skipped."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
@@ -86,11 +89,15 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 continue
             try:
                 row = json.loads(line)
+                reason = None if isinstance(row, dict) else f"expected a JSON object, got {type(row).__name__}"
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            yield lineno, row
+                reason = f"not valid JSON ({exc.msg})"
+            if reason is None:
+                yield lineno, row
+            elif on_error is None:
+                raise ValueError(f"{path}:{lineno}: {reason}")
+            else:
+                on_error(lineno, reason)
 
 
 def read_examples(path: str | Path) -> list[Example]:

@@ -11,8 +11,6 @@ text/image/group scores from per-item scores.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 
 from data.loaders._common import (
@@ -25,7 +23,7 @@ from data.loaders._common import (
     get_str,
     progress,
 )
-from data.records import Example
+from data.records import Example, read_jsonl
 
 EXPECTED = "Winoground's examples.jsonl (from the facebook/winoground dataset's data/ folder)"
 
@@ -43,14 +41,13 @@ def load_winoground(
     """Read `examples.jsonl` into four `itm` Examples per line (pairing order i0c0, i0c1, i1c0, i1c1)."""
     path = first_existing([Path(examples_path)], EXPECTED)
     bad = BadRows(path, skip_bad_rows)
-    rows = list(_read_rows(path))
+    # Lazily, so that errors surface in file order whichever kind they are.
+    rows = read_jsonl(path, on_error=lambda lineno, reason: bad.handle(RowError(f"line {lineno}: {reason}")))
     out: list[Example] = []
     seen: dict[str, int] = {}
     for lineno, row in progress(rows, "Winoground examples"):
         where = f"line {lineno}"
         try:
-            if isinstance(row, RowError):
-                raise row
             wid = get_id(row, "id", where)
             if wid in seen:
                 raise RowError(f"{where} repeats id {wid} (first on line {seen[wid]})")
@@ -88,26 +85,6 @@ def load_winoground(
     if check_images:
         check_image_files(out)
     return out
-
-
-def _read_rows(path: Path) -> Iterator[tuple[int, dict | RowError]]:
-    """Lines of the file as `(lineno, dict | RowError)`, so bad JSON lines obey `skip_bad_rows` too
-    (`records.read_jsonl` always raises)."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield lineno, RowError(f"line {lineno}: not valid JSON ({exc.msg})")
-                continue
-            yield (
-                lineno,
-                row
-                if isinstance(row, dict)
-                else RowError(f"line {lineno}: expected a JSON object, got {type(row).__name__}"),
-            )
 
 
 def load_winoground_root(
