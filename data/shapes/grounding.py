@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.shapes.questions import ANY_REF, EXTREMES, MARGIN, RELATIONS, program, select, unique_ref
+from data.shapes.references import ANY_REF, EXTREMES, MARGIN, RELATIONS, program, select, unique_ref
 from data.shapes.scene import Scene, ShapeObject
 
 ATTRIBUTE_REFS = (("color", "shape"), ("size", "color", "shape"))

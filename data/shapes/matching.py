@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from data.shapes.questions import MARGIN, RELATIONS, program, select
+from data.shapes.references import MARGIN, RELATIONS, pick, program, select
 from data.shapes.scene import COLORS, SHAPES, Scene, generate_scene
 
 OPPOSITE = {
@@ -78,11 +78,6 @@ def caption_program(caption: Caption) -> str:
     )
 
 
-def _pick(rng: np.random.Generator, items):
-    items = list(items)
-    return items[int(rng.integers(len(items)))]
-
-
 def _scene_for(rng, image_id: str, want: list[tuple[Caption, bool]], forced, size: tuple[int, int], tries: int = 200):
     """A scene on which every caption has the wanted truth value (None if none is found)."""
     for _ in range(tries):
@@ -109,8 +104,8 @@ class WinogroundItem:
 
 
 def winoground_item(rng: np.random.Generator, index: int, size: tuple[int, int]) -> WinogroundItem | None:
-    tag = _pick(rng, WINOGROUND_SWAPS)
-    rel = _pick(rng, OPPOSITE)
+    tag = pick(rng, WINOGROUND_SWAPS)
+    rel = pick(rng, OPPOSITE)
     c1, c2 = (COLORS[i] for i in rng.choice(len(COLORS), 2, replace=False))
     s1, s2 = (SHAPES[i] for i in rng.choice(len(SHAPES), 2, replace=False))
     (d1, t1), (d2, t2) = WINOGROUND_SWAPS[tag](c1, s1, c2, s2)
@@ -146,14 +141,14 @@ def _absent(scene: Scene, rng, color: str | None, shape: str | None, vary: str) 
         if not select(scene.objects, **{"color": color, "shape": shape, vary: v})
         and v != (color if vary == "color" else shape)
     ]
-    return _pick(rng, free) if free else ""
+    return pick(rng, free) if free else ""
 
 
 def sugarcrepe_item(rng: np.random.Generator, category: str, index: int, size: tuple[int, int]):
     scene = generate_scene(rng, f"sugarcrepe_{category}_{index}", *size, min_objects=2, max_objects=6)
     a, b = (scene.objects[i] for i in rng.choice(len(scene.objects), 2, replace=False))
     pa, pb = Phrase(a.shape, a.color), Phrase(b.shape, b.color)
-    rel = _pick(rng, OPPOSITE)
+    rel = pick(rng, OPPOSITE)
     pos = Caption(pa, "and", pb)
     if category == "replace_att":
         neg = replace(pos, first=Phrase(a.shape, _absent(scene, rng, a.color, a.shape, "color")))
@@ -171,7 +166,7 @@ def sugarcrepe_item(rng: np.random.Generator, category: str, index: int, size: t
         pos = Caption(Phrase(a.shape), "and", pb)
         neg = Caption(Phrase(a.shape, _absent(scene, rng, None, a.shape, "color")), "and", pb)
     elif category == "add_obj":
-        other = _pick(rng, [(c, s) for c in COLORS for s in SHAPES if not select(scene.objects, color=c, shape=s)])
+        other = pick(rng, [(c, s) for c in COLORS for s in SHAPES if not select(scene.objects, color=c, shape=s)])
         pos = Caption(pa)
         neg = Caption(pa, "and", Phrase(other[1], other[0]))
     else:

@@ -18,9 +18,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.shapes.scene import COLORS, SHAPES, Scene, ShapeObject
-
-MARGIN = 6  # pixels a deciding comparison must clear
+from data.shapes.references import (
+    ANY_REF,
+    EXTREMES,
+    NO_COLOR,
+    NO_SHAPE,
+    RELATIONS,
+    clears_margin,
+    pick,
+    plural,
+    program,
+    select,
+    unique_ref,
+)
+from data.shapes.scene import COLORS, SHAPES, Scene
 
 
 @dataclass(frozen=True)
@@ -39,78 +50,15 @@ class Family:
     sample: Callable[[Scene, np.random.Generator], QA | None]
 
 
-def program(*lines: str) -> str:
-    body = "\n".join("    " + line for line in ("image_patch = ImagePatch(image)", *lines))
-    return f"def execute_command(image):\n{body}\n"
-
-
-def _pick(rng: np.random.Generator, items):
-    items = list(items)
-    return items[int(rng.integers(len(items)))] if items else None
-
-
-def select(objs, color: str | None = None, shape: str | None = None, size: str | None = None) -> list[ShapeObject]:
-    return [
-        o
-        for o in objs
-        if (color is None or o.color == color)
-        and (shape is None or o.shape == shape)
-        and (size is None or o.size == size)
-    ]
-
-
-def unique_ref(obj: ShapeObject, objs, options: tuple[tuple[str, ...], ...]) -> str | None:
-    """The first phrase from `options` (lists of parts) that picks out `obj` alone."""
-    for parts in options:
-        values = {p: getattr(obj, p) for p in parts}
-        if select(objs, **values) == [obj]:
-            return obj.phrase(*parts)
-    return None
-
-
-NO_COLOR = (("shape",), ("size", "shape"))
-NO_SHAPE = (("color",), ("size", "color"))
-ANY_REF = (("shape",), ("color", "shape"), ("size", "color", "shape"))
-
-# relation word -> (truth on objects, program condition with `p` the candidate and `anchor`)
-RELATIONS = {
-    "to the left of": (
-        lambda a, b, h: b.horizontal_center - a.horizontal_center,
-        "p.horizontal_center < anchor.horizontal_center",
-    ),
-    "to the right of": (
-        lambda a, b, h: a.horizontal_center - b.horizontal_center,
-        "p.horizontal_center > anchor.horizontal_center",
-    ),
-    "above": (
-        lambda a, b, h: a.vertical_center(h) - b.vertical_center(h),
-        "p.vertical_center > anchor.vertical_center",
-    ),
-    "below": (
-        lambda a, b, h: b.vertical_center(h) - a.vertical_center(h),
-        "p.vertical_center < anchor.vertical_center",
-    ),
-}
-
-
-def _clear(value: float) -> bool:
-    return abs(value) >= MARGIN
-
-
-def _plural(parts: dict[str, str]) -> str:
-    words = [parts[k] for k in ("color",) if k in parts]
-    return " ".join([*words, parts["shape"] + "s" if "shape" in parts else "objects"])
-
-
 # -- families ------------------------------------------------------------------------------------
 def exist(scene: Scene, rng) -> QA | None:
     objs = scene.objects
     if rng.random() < 0.5:
-        o = _pick(rng, objs)
+        o = pick(rng, objs)
         color, shape = o.color, o.shape
     else:
         absent = [(c, s) for c in COLORS for s in SHAPES if not select(objs, color=c, shape=s)]
-        color, shape = _pick(rng, absent)
+        color, shape = pick(rng, absent)
     phrase = f"{color} {shape}"
     answer = "yes" if select(objs, color=color, shape=shape) else "no"
     return QA(
@@ -119,19 +67,19 @@ def exist(scene: Scene, rng) -> QA | None:
 
 
 def count(scene: Scene, rng) -> QA | None:
-    o = _pick(rng, scene.objects)
-    mode = _pick(rng, (("color",), ("shape",), ("color", "shape")))
+    o = pick(rng, scene.objects)
+    mode = pick(rng, (("color",), ("shape",), ("color", "shape")))
     parts = {k: getattr(o, k) for k in mode}
     if rng.random() < 0.2:  # sometimes a kind that may be absent, so 0 is an answer too
-        parts = {"color": _pick(rng, COLORS), "shape": _pick(rng, SHAPES)}
-    noun = _plural(parts)
+        parts = {"color": pick(rng, COLORS), "shape": pick(rng, SHAPES)}
+    noun = plural(parts)
     n = len(select(scene.objects, **parts))
     return QA("count", f"How many {noun} are there?", str(n), program(f'return str(len(image_patch.find("{noun}")))'))
 
 
 def _query_attr(family: str, attr: str, options) -> Callable[[Scene, np.random.Generator], QA | None]:
     def sample(scene: Scene, rng) -> QA | None:
-        o = _pick(rng, scene.objects)
+        o = pick(rng, scene.objects)
         ref = unique_ref(o, scene.objects, options)
         if ref is None:
             return None
@@ -148,25 +96,29 @@ query_size = _query_attr("query_size", "size", (("color", "shape"),))
 
 
 def verify_color(scene: Scene, rng) -> QA | None:
-    o = _pick(rng, scene.objects)
+    o = pick(rng, scene.objects)
     ref = unique_ref(o, scene.objects, NO_COLOR)
     if ref is None:
         return None
-    color = o.color if rng.random() < 0.5 else _pick(rng, [c for c in COLORS if c != o.color])
+    color = o.color if rng.random() < 0.5 else pick(rng, [c for c in COLORS if c != o.color])
     lines = (f'obj = image_patch.find("{ref}")[0]', f'return bool_to_yesno(obj.verify_property("{ref}", "{color}"))')
     return QA("verify_color", f"Is the {ref} {color}?", "yes" if color == o.color else "no", program(*lines))
 
 
 def relate_query(scene: Scene, rng) -> QA | None:
-    anchor, target = (_pick(rng, scene.objects), _pick(rng, scene.objects))
+    anchor, target = (pick(rng, scene.objects), pick(rng, scene.objects))
     if anchor is target:
         return None
     ref = unique_ref(anchor, scene.objects, ANY_REF)
-    rel = _pick(rng, RELATIONS)
+    rel = pick(rng, RELATIONS)
     truth, cond = RELATIONS[rel]
     same = [o for o in select(scene.objects, shape=target.shape) if o is not anchor]
     sides = [truth(o, anchor, scene.height) for o in same]
-    if ref is None or not all(_clear(v) for v in sides) or [o for o, v in zip(same, sides) if v > 0] != [target]:
+    if (
+        ref is None
+        or not all(clears_margin(v) for v in sides)
+        or [o for o, v in zip(same, sides) if v > 0] != [target]
+    ):
         return None
     lines = (
         f'anchor = image_patch.find("{ref}")[0]',
@@ -177,18 +129,18 @@ def relate_query(scene: Scene, rng) -> QA | None:
 
 
 def relate_exist(scene: Scene, rng) -> QA | None:
-    anchor = _pick(rng, scene.objects)
+    anchor = pick(rng, scene.objects)
     ref = unique_ref(anchor, scene.objects, ANY_REF)
-    rel = _pick(rng, RELATIONS)
+    rel = pick(rng, RELATIONS)
     truth, cond = RELATIONS[rel]
     others = [o for o in scene.objects if o is not anchor]
     if rng.random() < 0.5 and others:
-        color = _pick(rng, others).color
+        color = pick(rng, others).color
     else:
-        color = _pick(rng, COLORS)
+        color = pick(rng, COLORS)
     same = [o for o in others if o.color == color]
     sides = [truth(o, anchor, scene.height) for o in same]
-    if ref is None or not all(_clear(v) for v in sides):
+    if ref is None or not all(clears_margin(v) for v in sides):
         return None
     lines = (
         f'anchor = image_patch.find("{ref}")[0]',
@@ -209,7 +161,7 @@ def _same(family: str, attr: str, options, wording: str):
             for b in scene.objects
             if a is not b and (getattr(a, attr) == getattr(b, attr)) == want_same
         ]
-        a, b = _pick(rng, pairs) or (None, None)
+        a, b = pick(rng, pairs) or (None, None)
         if a is None:
             return None
         r1, r2 = unique_ref(a, scene.objects, options), unique_ref(b, scene.objects, options)
@@ -233,12 +185,12 @@ same_shape = _same("same_shape", "shape", NO_SHAPE, "Are the {r1} and the {r2} t
 
 def _choose(family: str, attr: str, options, vocab, wording: str):
     def sample(scene: Scene, rng) -> QA | None:
-        o = _pick(rng, scene.objects)
+        o = pick(rng, scene.objects)
         ref = unique_ref(o, scene.objects, options)
         if ref is None:
             return None
         right = getattr(o, attr)
-        wrong = _pick(rng, [v for v in vocab if v != right])
+        wrong = pick(rng, [v for v in vocab if v != right])
         first, second = (right, wrong) if rng.random() < 0.5 else (wrong, right)
         lines = (f'obj = image_patch.find("{ref}")[0]', f'return obj.best_text_match(["{first}", "{second}"])')
         return QA(family, wording.format(ref=ref, a=first, b=second), right, program(*lines))
@@ -254,39 +206,45 @@ def _two_phrases(scene: Scene, rng, present: tuple[bool, bool]) -> tuple[str, st
     phrases = []
     for want in present:
         if want:
-            o = _pick(rng, scene.objects)
+            o = pick(rng, scene.objects)
             phrases.append(f"{o.color} {o.shape}")
         else:
             absent = [f"{c} {s}" for c in COLORS for s in SHAPES if not select(scene.objects, color=c, shape=s)]
-            phrases.append(_pick(rng, absent))
+            phrases.append(pick(rng, absent))
     return None if phrases[0] == phrases[1] else (phrases[0], phrases[1])
 
 
-def logic_and(scene: Scene, rng) -> QA | None:
-    present = _pick(rng, ((True, True), (True, True), (True, False), (False, True)))
-    pair = _two_phrases(scene, rng, present)
-    if pair is None:
-        return None
-    p1, p2 = pair
-    line = f'return bool_to_yesno(image_patch.exists("{p1}") and image_patch.exists("{p2}"))'
-    return QA("logic_and", f"Is there both a {p1} and a {p2}?", "yes" if all(present) else "no", program(line))
+def _logic(family: str, presences, joiner: str, wording: str, combine: Callable[[tuple[bool, bool]], bool]):
+    def sample(scene: Scene, rng) -> QA | None:
+        present = pick(rng, presences)
+        pair = _two_phrases(scene, rng, present)
+        if pair is None:
+            return None
+        p1, p2 = pair
+        line = f'return bool_to_yesno(image_patch.exists("{p1}") {joiner} image_patch.exists("{p2}"))'
+        return QA(family, wording.format(p1, p2), "yes" if combine(present) else "no", program(line))
+
+    return sample
 
 
-def logic_or(scene: Scene, rng) -> QA | None:
-    present = _pick(rng, ((False, False), (False, False), (True, False), (False, True)))
-    pair = _two_phrases(scene, rng, present)
-    if pair is None:
-        return None
-    p1, p2 = pair
-    line = f'return bool_to_yesno(image_patch.exists("{p1}") or image_patch.exists("{p2}"))'
-    return QA("logic_or", f"Is there either a {p1} or a {p2}?", "yes" if any(present) else "no", program(line))
+# Presence patterns are weighted so that both answers stay common.
+logic_and = _logic(
+    "logic_and", ((True, True), (True, True), (True, False), (False, True)), "and", "Is there both a {} and a {}?", all
+)
+logic_or = _logic(
+    "logic_or",
+    ((False, False), (False, False), (True, False), (False, True)),
+    "or",
+    "Is there either a {} or a {}?",
+    any,
+)
 
 
 def position_vertical(scene: Scene, rng) -> QA | None:
-    o = _pick(rng, scene.objects)
+    o = pick(rng, scene.objects)
     ref = unique_ref(o, scene.objects, ANY_REF)
     offset = o.vertical_center(scene.height) - scene.height / 2
-    if ref is None or not _clear(offset):
+    if ref is None or not clears_margin(offset):
         return None
     lines = (
         f'obj = image_patch.find("{ref}")[0]',
@@ -297,10 +255,10 @@ def position_vertical(scene: Scene, rng) -> QA | None:
 
 
 def position_horizontal(scene: Scene, rng) -> QA | None:
-    o = _pick(rng, scene.objects)
+    o = pick(rng, scene.objects)
     ref = unique_ref(o, scene.objects, ANY_REF)
     offset = o.horizontal_center - scene.width / 2
-    if ref is None or not _clear(offset):
+    if ref is None or not clears_margin(offset):
         return None
     lines = (
         f'obj = image_patch.find("{ref}")[0]',
@@ -311,40 +269,31 @@ def position_horizontal(scene: Scene, rng) -> QA | None:
 
 
 def superlative_size(scene: Scene, rng) -> QA | None:
-    noun = _pick(rng, ["object", *sorted({o.shape for o in scene.objects})])
+    noun = pick(rng, ["object", *sorted({o.shape for o in scene.objects})])
     group = [o for o in scene.objects if noun == "object" or o.shape == noun]
-    word, pick = _pick(rng, (("largest", max), ("smallest", min)))
+    word, extreme = pick(rng, (("largest", max), ("smallest", min)))
     if len(group) < 2:
         return None
     areas = sorted(o.area for o in group)
-    if (pick is max and areas[-1] < 1.2 * areas[-2]) or (pick is min and areas[1] < 1.2 * areas[0]):
+    if (extreme is max and areas[-1] < 1.2 * areas[-2]) or (extreme is min and areas[1] < 1.2 * areas[0]):
         return None
-    o = pick(group, key=lambda x: x.area)
+    o = extreme(group, key=lambda x: x.area)
     lines = (
-        f'obj = {pick.__name__}(image_patch.find("{noun}"), key=lambda p: p.area)',
+        f'obj = {extreme.__name__}(image_patch.find("{noun}"), key=lambda p: p.area)',
         f'return obj.simple_query("What color is the {noun}?")',
     )
     return QA("superlative_size", f"What color is the {word} {noun}?", o.color, program(*lines))
 
 
-# word -> (key on objects, larger wins?, program expression)
-EXTREMES = {
-    "leftmost": (lambda o, h: -o.horizontal_center, "min", "p.horizontal_center"),
-    "rightmost": (lambda o, h: o.horizontal_center, "max", "p.horizontal_center"),
-    "topmost": (lambda o, h: o.vertical_center(h), "max", "p.vertical_center"),
-    "bottommost": (lambda o, h: -o.vertical_center(h), "min", "p.vertical_center"),
-}
-
-
 def superlative_position(scene: Scene, rng) -> QA | None:
-    color = _pick(rng, [None, *sorted({o.color for o in scene.objects})])
+    color = pick(rng, [None, *sorted({o.color for o in scene.objects})])
     group = select(scene.objects, color=color)
-    word = _pick(rng, EXTREMES)
+    word = pick(rng, EXTREMES)
     key, fn, expr = EXTREMES[word]
     if len(group) < 2:
         return None
     ranked = sorted(group, key=lambda o: key(o, scene.height), reverse=True)
-    if not _clear(key(ranked[0], scene.height) - key(ranked[1], scene.height)):
+    if not clears_margin(key(ranked[0], scene.height) - key(ranked[1], scene.height)):
         return None
     noun = f"{color} object" if color else "object"
     lines = (
@@ -356,11 +305,11 @@ def superlative_position(scene: Scene, rng) -> QA | None:
 
 def compare_count(scene: Scene, rng) -> QA | None:
     kinds = [{"shape": s} for s in SHAPES] + [{"color": c} for c in sorted({o.color for o in scene.objects})]
-    a, b = _pick(rng, kinds), _pick(rng, kinds)
+    a, b = pick(rng, kinds), pick(rng, kinds)
     if a == b:
         return None
     n1, n2 = len(select(scene.objects, **a)), len(select(scene.objects, **b))
-    p1, p2 = _plural(a), _plural(b)
+    p1, p2 = plural(a), plural(b)
     line = f'return bool_to_yesno(len(image_patch.find("{p1}")) > len(image_patch.find("{p2}")))'
     return QA("compare_count", f"Are there more {p1} than {p2}?", "yes" if n1 > n2 else "no", program(line))
 
