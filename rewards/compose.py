@@ -10,7 +10,7 @@ weight is left out of the sum rather than counted as 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -86,10 +86,10 @@ class RewardComposer:
     """Builds each named reward once (at config time, so a bad name fails before any work) and
     scores batches of executed programs."""
 
-    def __init__(self, config: RewardConfig):
+    def __init__(self, config: RewardConfig, resources: Mapping[str, Any] | None = None):
         self.config = config
         self.functions: list[tuple[RewardSpec, RewardFn]] = [
-            (s, build_reward(s.name, **s.settings)) for s in config.rewards
+            (s, build_reward(s.name, resources, **s.settings)) for s in config.rewards
         ]
 
     def __call__(
