@@ -76,3 +76,5 @@ def _load_builtin() -> None:
     # Built-in rewards register themselves on import; importing here keeps the registry complete
     # however the caller reached it.
     import rewards.builtin  # noqa: F401
+    import rewards.unit_tests.reward  # noqa: F401
+    import rewards.verifiers.reward  # noqa: F401

@@ -1,0 +1,433 @@
+"""The layout path of test-image generation for the shapes world ("shapes_layout").
+
+As in LM-grounded diffusion (LMD+, DIGEST §5.4), a description first becomes a *layout* (one box
+per object, a background, the excluded things), then an image. Here the layout step is rules, not
+an LLM, and the image step is the shapes world's own renderer instead of a layout-guided diffusion
+model, so the pictures are what the shapes tools were built for.
+
+The rules read the descriptions a test writer produces, e.g.
+
+    "A grey background with a large red circle to the left of a small blue square and a star."
+    "From left to right: a green triangle, a red circle, a green square."
+    "A small blue hexagon in the top half of the image; no red objects."
+
+Object mentions are `[count] [size] [colour] shape` (`object` = any shape, plurals allowed);
+"the X" refers back to an earlier X; `no X` / `without X` excludes X. Between two mentions a
+relation word (left of, right of, above, below) constrains them; after a mention a region ("on the
+left side", "in the top half of the image", "in the top left corner") constrains it; "from left to
+right:" / "from top to bottom:" orders the listed objects. Unspecified attributes are drawn from a
+generator seeded by (description, seed), never equal to an excluded kind: so one description and
+seed always give the same picture. A description the rules cannot lay out raises `LayoutError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from data.shapes.render import render
+from data.shapes.scene import COLORS, SHAPES, Scene, ShapeObject, shape_box
+from rewards.unit_tests.protocols import register_generator
+
+AXIS_GAP = 16  # pixels between centres that a relation or an ordering must clear (the programs' margin is 6)
+REGION_MARGIN = 14  # a centre "in the left half" is at least this far from the middle
+BOX_GAP = 4  # free pixels between boxes, so touching shapes of one colour never merge
+RADIUS = {
+    "small": (11, 14),
+    "large": (23, 28),
+}  # at 256 px: inside the world's classes, away from their border and from
+# the smallest shapes, which the pixel tools misread most
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "another": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+_SIZE_WORDS = {"small": "small", "tiny": "small", "little": "small", "large": "large", "big": "large", "huge": "large"}
+_GENERIC = ("object", "shape", "thing")
+_NUM = "|".join([*_NUMBERS, r"\d+", "the", "some"])
+_SIZE = "|".join(_SIZE_WORDS)
+_COLOR = "|".join(COLORS)
+_SHAPE = "|".join([*SHAPES, *_GENERIC])
+_MENTION = re.compile(
+    rf"\b(?:(?P<neg>no|without(?:\s+any)?(?:\s+an?)?|not\s+any)\s+)?(?:(?P<num>{_NUM})\s+)?"
+    rf"(?:(?P<size1>{_SIZE})\s+)?(?:(?P<color>{_COLOR})(?:\s+colou?red)?\s+)?(?:(?P<size2>{_SIZE})\s+)?"
+    rf"(?P<shape>{_SHAPE})(?P<plural>e?s)?\b"
+)
+_ORDER = re.compile(r"from\s+(left\s+to\s+right|right\s+to\s+left|top\s+to\s+bottom|bottom\s+to\s+top)\s*[:,]?\s*")
+_FRAME = r"(?:image|picture|canvas|scene|frame|photo)"
+_REGION = re.compile(
+    rf"\b(?:on|in|at|to|near|towards)\s+the\s+(?:far\s+|very\s+)?"
+    rf"(?P<v>top|bottom|upper|lower)?[\s-]*(?P<h>left|right)?"
+    rf"(?:\s+(?:side|half|edge|part|corner|area|region))?(?P<of>\s+of\s+the\s+{_FRAME})?"
+)
+# relation word -> (axis, sign): "a R b" means sign * (b - a) >= AXIS_GAP on that axis (top-left pixels)
+_RELATIONS = (
+    (re.compile(r"\b(?:to\s+the\s+|on\s+the\s+)?left\s+of\b"), ("x", 1)),
+    (re.compile(r"\b(?:to\s+the\s+|on\s+the\s+)?right\s+of\b"), ("x", -1)),
+    (re.compile(r"\b(?:above|over|on\s+top\s+of|higher\s+than)\b"), ("y", 1)),
+    (re.compile(r"\b(?:below|under|underneath|beneath|lower\s+than)\b"), ("y", -1)),
+)
+
+
+class LayoutError(ValueError):
+    """The description cannot be laid out (no room, contradictory constraints, nothing readable)."""
+
+
+@dataclass(frozen=True)
+class LayoutObject:
+    phrase: str  # e.g. "large red circle"
+    box: tuple[int, int, int, int]  # (x, y, width, height), top-left origin, as LMD's layouts
+    shape: str
+    color: str
+    size: str
+    center: tuple[int, int]  # where the shape was laid out (a polygon's box is not centred on it)
+    radius: int
+    angle: float
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a description became: boxes with their objects, the background, what was excluded."""
+
+    width: int
+    height: int
+    objects: tuple[LayoutObject, ...]
+    background: str = "a grey background"
+    negative: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Layout:
+        objs = tuple(
+            LayoutObject(**{**o, "box": tuple(o["box"]), "center": tuple(o["center"])}) for o in row["objects"]
+        )
+        return cls(row["width"], row["height"], objs, row.get("background", ""), tuple(row.get("negative", ())))
+
+
+@dataclass
+class _Mention:
+    count: int
+    size: str | None
+    color: str | None
+    shape: str | None  # None: any shape
+    negated: bool = False
+    regions: set[str] = field(default_factory=set)  # left / right / top / bottom
+
+    def matches(self, size: str | None, color: str | None, shape: str | None) -> bool:
+        return (
+            (self.size is None or size is None or self.size == size)
+            and (self.color is None or color is None or self.color == color)
+            and (self.shape is None or shape is None or self.shape == shape)
+        )
+
+
+def _parse_mention(m: re.Match) -> _Mention:
+    num, shape = m.group("num"), m.group("shape")
+    if num is None or num in ("the", "some"):
+        count = 2 if m.group("plural") and num is None or num == "some" else 1
+    else:
+        count = _NUMBERS.get(num) or int(num)
+    size_word = m.group("size1") or m.group("size2")
+    return _Mention(
+        count=count,
+        size=_SIZE_WORDS[size_word] if size_word else None,
+        color=m.group("color"),
+        shape=None if shape in _GENERIC else shape,
+        negated=m.group("neg") is not None,
+    )
+
+
+def _regions(gap: str) -> tuple[set[str], str]:
+    """Regions named in the text after a mention, and that text without them (for relations)."""
+    found: set[str] = set()
+
+    def take(m: re.Match) -> str:
+        v, h = m.group("v"), m.group("h")
+        rest = gap[m.end() :]
+        # "to the left of <object>" is a relation, not a region; "of the image" was consumed.
+        if (not v and not h) or (m.group("of") is None and re.match(r"\s+of\b", rest)):
+            return m.group(0)
+        if v:
+            found.add({"upper": "top", "lower": "bottom"}.get(v, v))
+        if h:
+            found.add(h)
+        return " "
+
+    return found, _REGION.sub(take, gap)
+
+
+def _relation(gap: str) -> tuple[str, int] | None:
+    for pattern, rel in _RELATIONS:
+        if pattern.search(gap):
+            return rel
+    return None
+
+
+@dataclass
+class _Spec:
+    mentions: list[_Mention] = field(default_factory=list)
+    relations: list[tuple[int, str, int, int]] = field(default_factory=list)  # (a, axis, sign, b)
+    orders: list[tuple[str, int, list[int]]] = field(default_factory=list)  # (axis, sign, mentions in order)
+
+
+def _read(text: str, spec: _Spec) -> list[int]:
+    """Add the mentions of one stretch of text to `spec`; returns their indices (positives only)."""
+    matches = list(_MENTION.finditer(text))
+    indices: list[int | None] = []
+    for m in matches:
+        mention = _parse_mention(m)
+        if m.group("num") == "the" and not mention.negated:
+            # "the red circle" refers back to an earlier positive mention of that kind, if any
+            earlier = [
+                i
+                for i, e in enumerate(spec.mentions)
+                if not e.negated and (e.size, e.color, e.shape) == (mention.size, mention.color, mention.shape)
+            ]
+            if earlier:
+                indices.append(earlier[-1])
+                continue
+        spec.mentions.append(mention)
+        indices.append(len(spec.mentions) - 1)
+    for k, m in enumerate(matches):
+        end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
+        regions, rest = _regions(text[m.end() : end])
+        me = indices[k]
+        if me is not None and not spec.mentions[me].negated:
+            spec.mentions[me].regions |= regions
+        if k + 1 < len(matches) and (rel := _relation(rest)) is not None:
+            other = indices[k + 1]
+            if me != other and not spec.mentions[me].negated and not spec.mentions[other].negated:
+                spec.relations.append((me, rel[0], rel[1], other))
+    return [i for i in dict.fromkeys(indices) if i is not None and not spec.mentions[i].negated]
+
+
+def parse_description(description: str) -> _Spec:
+    text = " ".join(description.lower().replace('"', " ").split())
+    spec = _Spec()
+    # Orderings first: "from left to right: a, b and c" up to the end of the sentence.
+    rest = []
+    pos = 0
+    for m in _ORDER.finditer(text):
+        rest.append(text[pos : m.start()])
+        end = re.search(r"[.;\n]", text[m.end() :])
+        stop = m.end() + end.start() if end else len(text)
+        direction = m.group(1).split()
+        axis = "x" if direction[0] in ("left", "right") else "y"
+        sign = 1 if direction[0] in ("left", "top") else -1
+        listed = _read(text[m.end() : stop], spec)
+        spec.orders.append((axis, sign, listed))
+        pos = stop
+    rest.append(text[pos:])
+    for chunk in rest:
+        for sentence in re.split(r"[.;\n]", chunk):
+            _read(sentence, spec)
+    return spec
+
+
+@dataclass
+class _Instance:
+    mention: int
+    size: str
+    color: str
+    shape: str
+    radius: int
+    angle: float
+    cx: int = 0
+    cy: int = 0
+
+
+def _instances(spec: _Spec, rng: np.random.Generator, scale: float) -> list[_Instance]:
+    excluded = [m for m in spec.mentions if m.negated]
+    out = []
+    for i, m in enumerate(spec.mentions):
+        if m.negated:
+            continue
+        for _ in range(m.count):
+            options = [
+                (s, c)
+                for s in ([m.shape] if m.shape else SHAPES)
+                for c in ([m.color] if m.color else COLORS)
+                if m.shape and m.color or not any(e.matches(m.size, c, s) for e in excluded)
+            ]
+            if not options:
+                raise LayoutError(f"every {m.color or ''} {m.shape or 'object'} is excluded")
+            shape, color = options[int(rng.integers(len(options)))]
+            size = m.size or ("small" if rng.random() < 0.5 else "large")
+            if m.size is None and any(e.matches("small", color, shape) for e in excluded):
+                size = "large"
+            elif m.size is None and any(e.matches("large", color, shape) for e in excluded):
+                size = "small"
+            lo, hi = RADIUS[size]
+            radius = max(3, int(round(rng.uniform(lo, hi) * scale)))
+            angle = 0.0 if shape == "circle" else float(rng.uniform(0, 360))
+            out.append(_Instance(i, size, color, shape, radius, angle))
+    return out
+
+
+def _pair_constraints(spec: _Spec, insts: list[_Instance]) -> list[tuple[int, str, int]]:
+    """(a, axis, b): instance a must come before b on the axis (smaller pixel coordinate)."""
+    by_mention: dict[int, list[int]] = {}
+    for k, inst in enumerate(insts):
+        by_mention.setdefault(inst.mention, []).append(k)
+    out = []
+    for a, axis, sign, b in spec.relations:
+        first, second = (a, b) if sign > 0 else (b, a)
+        out += [(i, axis, j) for i in by_mention.get(first, []) for j in by_mention.get(second, [])]
+    for axis, sign, listed in spec.orders:
+        chain = [k for mention in listed for k in by_mention.get(mention, [])]
+        chain = chain if sign > 0 else chain[::-1]
+        out += [(chain[t], axis, chain[t + 1]) for t in range(len(chain) - 1)]
+    return out
+
+
+def _depths(n: int, before: list[tuple[int, str, int]], axis: str) -> tuple[list[int], list[int]]:
+    """Longest chain of instances that must come before (and after) each one on the axis."""
+    edges = [(a, b) for a, ax, b in before if ax == axis]
+    ahead, behind = [0] * n, [0] * n
+    for _ in range(n + 1):
+        changed = False
+        for a, b in edges:
+            if ahead[b] < ahead[a] + 1:
+                ahead[b], changed = ahead[a] + 1, True
+            if behind[a] < behind[b] + 1:
+                behind[a], changed = behind[b] + 1, True
+        if not changed:
+            return ahead, behind
+    raise LayoutError("the description's spatial constraints contradict each other")
+
+
+def _place(spec: _Spec, insts: list[_Instance], rng, width: int, height: int, tries: int = 60) -> None:
+    before = _pair_constraints(spec, insts)
+    depth = {axis: _depths(len(insts), before, axis) for axis in ("x", "y")}
+    size = {"x": width, "y": height}
+    half = {"x": ("left", "right"), "y": ("top", "bottom")}
+    for _attempt in range(tries):
+        placed: list[int] = []
+        for k, inst in enumerate(insts):
+            regions = spec.mentions[inst.mention].regions
+            bounds = {}
+            for axis in ("x", "y"):
+                lo, hi = inst.radius + 2, size[axis] - inst.radius - 3
+                ahead, behind = depth[axis]
+                lo, hi = max(lo, inst.radius + 2 + ahead[k] * AXIS_GAP), min(hi, hi - behind[k] * AXIS_GAP)
+                if half[axis][0] in regions:
+                    hi = min(hi, size[axis] // 2 - REGION_MARGIN)
+                if half[axis][1] in regions:
+                    lo = max(lo, size[axis] // 2 + REGION_MARGIN)
+                for a, ax, b in before:
+                    if ax == axis and b == k and a in placed:
+                        lo = max(lo, _coord(insts[a], axis) + AXIS_GAP)
+                    if ax == axis and a == k and b in placed:
+                        hi = min(hi, _coord(insts[b], axis) - AXIS_GAP)
+                bounds[axis] = (lo, hi)
+            if any(lo > hi for lo, hi in bounds.values()):
+                break
+            for _spot in range(40):
+                inst.cx = int(rng.integers(bounds["x"][0], bounds["x"][1] + 1))
+                inst.cy = int(rng.integers(bounds["y"][0], bounds["y"][1] + 1))
+                box = _box(inst)
+                grown = (box[0] - BOX_GAP, box[1] - BOX_GAP, box[2] + BOX_GAP, box[3] + BOX_GAP)
+                if all(not _overlap(grown, _box(insts[j])) for j in placed):
+                    placed.append(k)
+                    break
+            else:
+                break
+        if len(placed) == len(insts):
+            return
+    raise LayoutError(f"no room for {len(insts)} objects under the description's constraints")
+
+
+def _coord(inst: _Instance, axis: str) -> int:
+    return inst.cx if axis == "x" else inst.cy
+
+
+def _box(inst: _Instance) -> tuple[int, int, int, int]:
+    return shape_box(inst.shape, inst.cx, inst.cy, inst.radius, inst.angle)
+
+
+def _overlap(a, b) -> bool:
+    return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
+
+
+def description_rng(description: str, seed: int) -> np.random.Generator:
+    digest = hashlib.sha256(f"{seed}\x00{description}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def layout_from_description(description: str, seed: int = 0, width: int = 256, height: int = 256) -> Layout:
+    """The rules' layout of a description (deterministic per description and seed)."""
+    spec = parse_description(description)
+    if not spec.mentions and not re.search(r"\b(empty|nothing|blank|no objects?)\b", description.lower()):
+        raise LayoutError(f"no object of the shapes world is mentioned in {description!r}")
+    rng = description_rng(description, seed)
+    insts = _instances(spec, rng, min(width, height) / 256)
+    if len(insts) > 10:
+        raise LayoutError(f"{len(insts)} objects do not fit a {width}x{height} canvas")
+    _place(spec, insts, rng, width, height)
+    objects = []
+    for inst in insts:
+        x0, y0, x1, y1 = _box(inst)
+        objects.append(
+            LayoutObject(
+                f"{inst.size} {inst.color} {inst.shape}",
+                (x0, y0, x1 - x0, y1 - y0),
+                inst.shape,
+                inst.color,
+                inst.size,
+                (inst.cx, inst.cy),
+                inst.radius,
+                inst.angle,
+            )
+        )
+    negative = tuple(
+        " ".join(w for w in (m.size, m.color, m.shape or "object") if w) for m in spec.mentions if m.negated
+    )
+    return Layout(width, height, tuple(objects), negative=negative)
+
+
+def render_layout(layout: Layout, seed: int, description: str = "") -> Image.Image:
+    """The layout drawn by the shapes world's renderer (its blur, gradient and grain included)."""
+    rng = description_rng(description + "\x00render", seed)
+    objects = []
+    for i, o in enumerate(layout.objects):
+        x, y, w, h = o.box
+        cx, cy = o.center
+        objects.append(
+            ShapeObject(
+                str(i),
+                o.shape,
+                o.color,
+                o.size,
+                cx,
+                cy,
+                o.radius,
+                o.angle,
+                float(rng.uniform(-6, 6)),
+                x,
+                y,
+                x + w,
+                y + h,
+            )
+        )
+    scene = Scene("unit_test", layout.width, layout.height, tuple(objects), int(rng.integers(70, 190)))
+    return Image.fromarray(render(scene, rng))
+
+
+@register_generator("shapes_layout")
+class ShapesLayoutGenerator:
+    """Rule-based layout + shapes renderer: the shapes world's stand-in for LMD+ (`layout_path`)."""
+
+    VERSION = 1  # bump when the rules or the renderer change what an image looks like
+
+    def __init__(self, width: int = 256, height: int = 256):
+        self.width, self.height = int(width), int(height)
+        self.config_key = f"shapes_layout/v{self.VERSION}/{self.width}x{self.height}"
+
+    def layout(self, description: str, seed: int) -> Layout:
+        return layout_from_description(description, seed, self.width, self.height)
+
+    def generate(self, description: str, seed: int) -> Image.Image:
+        return render_layout(self.layout(description, seed), seed, description)

@@ -1,0 +1,3 @@
+"""ExoViP's verifiers as a label-free reward ([E]; DIGEST §4): image-text matching, caption
+similarity and VQA P(yes) - P(no), each contrasted with a semantic opposite of the answer, averaged,
+and registered as the `verifier` reward (`reward.py`)."""
