@@ -5,7 +5,9 @@
     total = None                              if *we* failed (infra_error): the trainer masks it
 
 A component that returns None for an item (it has nothing to say) contributes nothing, and its
-weight is left out of the sum rather than counted as 0.
+weight is left out of the sum rather than counted as 0. When *every* component has nothing to say
+about a program that ran (no unit test could be written for its query, say), the total is None
+too: scoring it 0 would teach the policy that the program was wrong, when nobody judged it.
 """
 
 from __future__ import annotations
@@ -116,5 +118,6 @@ class RewardComposer:
                 totals.append(self.config.penalties.get(result.status, 0.0))
             else:
                 parts = [(spec.weight, components[spec.name][i]) for spec, _ in self.functions]
-                totals.append(sum(w * v for w, v in parts if v is not None))
+                judged = [(w, v) for w, v in parts if v is not None]
+                totals.append(sum(w * v for w, v in judged) if judged else None)
         return RewardBatch(totals, components, [r.status for r in results])

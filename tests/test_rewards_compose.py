@@ -28,6 +28,14 @@ def test_totals_penalties_and_masking():
     assert batch.statuses[3] == "infra_error"
 
 
+def test_a_program_no_component_judged_is_masked_not_scored_zero():
+    composer = RewardComposer(RewardConfig((RewardSpec("correctness"),)))
+    composer.functions = [(RewardSpec("silent"), lambda examples, results, programs: [None] * len(results))]
+    batch = composer([_ex(0), _ex(1)], [_res(0), _res(1, "runtime_error")], ["p", "p"])
+    assert batch.totals == [None, DEFAULT_PENALTIES["runtime_error"]]
+    assert batch.masked() == [True, False]
+
+
 def test_unknown_reward_fails_at_config_time_with_the_valid_names():
     with pytest.raises(ValueError, match="registered rewards: .*correctness"):
         RewardComposer(RewardConfig((RewardSpec("corectness"),)))
