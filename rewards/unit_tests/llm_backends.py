@@ -1,0 +1,214 @@
+"""Sampled text generation for the LLM test writer and the layout planner: n replies per prompt.
+
+Two backends share one call, `generate(prompts, sampling) -> [[reply] * n per prompt]`:
+
+- `HFBackend`: a transformers causal LM, left-padded batched `generate` with
+  `num_return_sequences=n` (greedy when `temperature == 0`, which gives one reply per prompt);
+- `VllmBackend`: vLLM's offline engine (`vllm.LLM`), imported on first use. The engine can be
+  passed in, so a test drives the code path with a fake engine on a CPU.
+
+Both wrap each prompt as one user turn when the tokenizer has a chat template (instruction-tuned
+models expect it) and sample from a seeded generator so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
+
+from tqdm.auto import tqdm
+
+from executor.tools.hf.loading import Placement, from_pretrained, input_device, resolve_device
+
+BACKENDS = ("transformers", "vllm")
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    n: int = 3  # replies per prompt (ViUniT: 3 for tests, 5 for layouts)
+    temperature: float = 0.7
+    top_p: float = 0.9
+    top_k: int = 0  # 0 = no top-k filter (both transformers and vLLM read 0 that way)
+    max_new_tokens: int = 512
+    seed: int = 0
+    stop: tuple[str, ...] = ()  # generation ends at the first of these strings
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"num_candidates must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "stop": list(self.stop)}
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Where the text model runs. The writer's and the planner's configs extend this (flat YAML)."""
+
+    model: str = ""  # checkpoint path or hub id
+    backend: str = "transformers"  # or "vllm" (GPU)
+    device: str = "auto"
+    dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU (vLLM: its own "auto")
+    quantization: str = "none"  # transformers only: none | 8bit | 4bit
+    chat_template: bool = True
+    batch_size: int = 4  # prompts per transformers `generate` call
+    gpu_memory_utilization: float = 0.5  # vLLM only
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("`model` is required: a checkpoint path or hub id")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+    @classmethod
+    def from_dict(cls, settings: dict[str, Any], where: str = "settings"):
+        """Build from a YAML mapping; unknown keys fail with the list of valid ones."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(settings) - set(names))
+        if unknown:
+            raise ValueError(f"{where}: unknown setting(s) {unknown}; valid settings: {names}")
+        return cls(**settings)
+
+    def placement(self) -> Placement:
+        device = resolve_device(self.device)
+        dtype = self.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        return Placement(device=device, dtype=dtype, quantization=self.quantization)
+
+
+class TextBackend(Protocol):
+    def generate(self, prompts: Sequence[str], sampling: SamplingSettings) -> list[list[str]]: ...
+
+
+def as_user_turn(tokenizer: Any, prompt: str, enabled: bool) -> str:
+    if enabled and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+    return prompt
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: Any) -> Iterator[None]:
+    """Seed torch's RNG for one generate call without disturbing the caller's random state."""
+    import torch
+
+    cuda = [device] if getattr(device, "type", str(device)).startswith("cuda") else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        yield
+
+
+class HFBackend:
+    def __init__(self, settings: BackendSettings, model: Any = None, tokenizer: Any = None) -> None:
+        self.settings = settings
+        self._model, self._tokenizer = model, tokenizer
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(self.settings.model, padding_side="left")
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token  # batched generate needs one; it is masked out
+        self._model = from_pretrained(AutoModelForCausalLM, self.settings.model, self.settings.placement())
+        self._tokenizer = tokenizer
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingSettings) -> list[list[str]]:
+        import torch
+
+        self._load()
+        tok, model = self._tokenizer, self._model
+        templated = self.settings.chat_template and getattr(tok, "chat_template", None)
+        texts = [as_user_turn(tok, p, self.settings.chat_template) for p in prompts]
+        size = self.settings.batch_size
+        n = 1 if sampling.greedy else sampling.n  # greedy replies would all be the same
+        kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=tok.pad_token_id)
+        if sampling.greedy:
+            kwargs.update(do_sample=False)
+        else:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+            kwargs.update(num_return_sequences=n)
+        if sampling.stop:
+            kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
+        replies: list[list[str]] = []
+        starts = range(0, len(texts), size)
+        for i, start in enumerate(tqdm(starts, desc="llm generate", disable=len(starts) < 2)):
+            batch = texts[start : start + size]
+            # A rendered chat template already carries the BOS token; adding it again would double it.
+            inputs = tok(batch, return_tensors="pt", padding=True, add_special_tokens=not templated)
+            inputs = inputs.to(input_device(model))
+            with torch.inference_mode(), seeded(sampling.seed + i, input_device(model)):
+                out = model.generate(**inputs, **kwargs)
+            decoded = tok.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+            replies.extend(decoded[j * n : (j + 1) * n] for j in range(len(batch)))
+        return replies
+
+
+class VllmBackend:
+    def __init__(self, settings: BackendSettings, engine: Any = None) -> None:
+        self.settings = settings
+        self._engine = engine
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            try:
+                from vllm import LLM
+            except ImportError as exc:
+                raise RuntimeError(
+                    "backend 'vllm' needs vllm installed (pip install 'vprl[vllm]', GPU only); "
+                    "use backend: transformers on a CPU"
+                ) from exc
+            if self.settings.quantization != "none":
+                raise ValueError("quantization is a transformers-backend setting; vLLM reads it from the checkpoint")
+            self._engine = LLM(
+                model=self.settings.model,
+                dtype=self.settings.dtype,
+                gpu_memory_utilization=self.settings.gpu_memory_utilization,
+            )
+        return self._engine
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingSettings) -> list[list[str]]:
+        from vllm import SamplingParams
+
+        engine = self.engine
+        tok = engine.get_tokenizer()
+        texts = [as_user_turn(tok, p, self.settings.chat_template) for p in prompts]
+        params = SamplingParams(
+            n=1 if sampling.greedy else sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            max_tokens=sampling.max_new_tokens,
+            seed=sampling.seed,
+            stop=list(sampling.stop) or None,
+        )
+        outputs = engine.generate(texts, params, use_tqdm=len(texts) > 1)
+        return [[c.text for c in out.outputs] for out in outputs]
+
+
+def build_text_backend(settings: BackendSettings, engine: Any = None) -> TextBackend:
+    if settings.backend == "vllm":
+        return VllmBackend(settings, engine=engine)
+    if engine is not None:
+        raise ValueError("`engine` is a vLLM engine; it needs backend: vllm")
+    return HFBackend(settings)
