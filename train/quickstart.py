@@ -29,6 +29,7 @@ from executor.host import ToolHost
 from executor.runner import RunnerConfig, SyncRunner
 from executor.tools.stack import build_backend
 from rewards.compose import RewardComposer, RewardConfig
+from train.evaluation.fallback import fallback_program
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL_TASKS = ("val", "heldout", "winoground", "sugarcrepe", "refcoco")
@@ -47,16 +48,7 @@ class QuickstartConfig:
 
 
 def direct_program(example: Example) -> str:
-    if example.task == "itm":
-        caption = example.meta.get("caption", example.query)
-        return (
-            "def execute_command(image) -> str:\n"
-            f"    return ImagePatch(image).best_text_match([{caption!r}, 'something else']) == {caption!r} "
-            "and 'yes' or 'no'\n"
-        )
-    if example.task == "grounding":
-        return f"def execute_command(image) -> ImagePatch:\n    return ImagePatch(image).find({example.query!r})[0]\n"
-    return f"def execute_command(image) -> str:\n    return ImagePatch(image).simple_query({example.query!r})\n"
+    return fallback_program(example)
 
 
 def ensure_world(cfg: QuickstartConfig) -> Path:

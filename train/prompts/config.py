@@ -12,7 +12,7 @@ import yaml
 from data.records import TASKS
 from executor.api.spec import get_variant
 
-LAYOUTS = ("stanic", "viunit")
+LAYOUTS = ("stanic", "viunit", "bare")
 
 # The entry point's parameters and return annotation per task ([S]/[V] listings).
 SIGNATURES: dict[str, tuple[str, str]] = {
@@ -34,7 +34,9 @@ class PromptConfig:
         None for zero-shot.
     max_ices: keep only the first `max_ices` examples of the file (None keeps all).
     include_guidelines: add the "guidelines" bullets of the variant and task.
-    layout: "stanic" (Stanić et al.'s slot order) or "viunit" (`# Query:` / `Program:` blocks).
+    layout: "stanic" (Stanić et al.'s slot order), "viunit" (`# Query:` / `Program:` blocks) or
+        "bare" (only `# <query>` and the signature: no listing, examples or guidelines, for tiny
+        policies with a short context that learned the API in training).
     return_annotation: override the task's return annotation (e.g. "ImagePatch").
     """
 
@@ -52,6 +54,8 @@ class PromptConfig:
             raise ValueError(f"PromptConfig.task: {self.task!r} is not one of {TASKS}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"PromptConfig.layout: {self.layout!r} is not one of {LAYOUTS}")
+        if self.layout == "bare" and self.ice_file is not None:
+            raise ValueError("PromptConfig: layout 'bare' shows no in-context examples; set ice_file to null")
         video_variant = any(name == "VideoSegment" for name, _ in spec.classes)
         if video_variant != (self.task == "video_qa"):
             kind = "a video" if video_variant else "an image"

@@ -63,13 +63,16 @@ class PromptTemplate:
         if config.include_guidelines:
             bullets = list(spec.guidelines) + [g for g in TASK_GUIDELINES[config.task] if g not in spec.guidelines]
             guidelines = "\n".join([GUIDELINES_HEADER, *(f"- {b}" for b in bullets)])
-        if config.layout == "stanic":
+        if config.layout == "bare":
+            parts = []
+        elif config.layout == "stanic":
             parts = [listing, render_examples(examples.examples), instruction, guidelines]
         else:  # viunit: instructions first, then the examples under their own header
             shown = [f"{comment(f'Query: {ex.query}')}\nProgram:\n{ex.program}" for ex in examples.examples]
             header = "# Examples of how to use the API" if shown else ""
             parts = [listing, instruction, guidelines, header, "\n".join(shown)]
-        static = "\n\n".join(p.strip("\n") for p in parts if p.strip()) + "\n"
+        static = "\n\n".join(p.strip("\n") for p in parts if p.strip())
+        static = static + "\n" if static else ""
         return cls(config=config, static=static, examples=examples)
 
     @property
@@ -87,13 +90,13 @@ class PromptTemplate:
         tail = []
         if context is not None and context.strip():
             tail.append(comment(f"Context: {context.strip()}"))
-        if self.config.layout == "stanic":
+        if self.config.layout in ("stanic", "bare"):
             tail.append(comment(query))
         else:
             tail += [comment(f"Query: {query.strip()}"), "Program:"]
         tail.append(self.config.signature)
         blocks.append("\n".join(tail))
-        return "\n\n".join(b.strip("\n") for b in blocks)
+        return "\n\n".join(b.strip("\n") for b in blocks if b.strip())
 
 
 def instruction_for(class_name: str | None) -> str:

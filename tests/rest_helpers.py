@@ -1,0 +1,173 @@
+"""Helpers shared by the ReST and vLLM-generation tests.
+
+- a tiny random causal LM with a LoRA adapter, built offline: a byte-level BPE trained here on
+  program text (prompts and programs take few tokens) and a 2-layer Llama with random weights (it
+  writes noise, not programs);
+- a small shapes world with three training questions and their gold programs;
+- `PoolGenerator`, a test double that returns the bodies of real programs, so the loop has
+  something to keep (a random policy never writes a rewarded program).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CODE_CORPUS = [
+    "def execute_command(image) -> str:\n    image_patch = ImagePatch(image)\n",
+    "    return image_patch.simple_query('What color is the circle?')\n",
+    "    objects = image_patch.find('circle')\n    return bool_to_yesno(len(objects) > 0)\n",
+    "    return str(len(image_patch.find('blue hexagons')))\n",
+    "# What color is the circle above the small orange hexagon?\n",
+    "    candidates = [p for p in image_patch.find('square') if p.vertical_center > anchor.vertical_center]\n",
+]
+
+
+def build_tokenizer(out_dir: str | Path, corpus: list[str] | None = None, chat_template: str | None = None) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|pad|>", "<|bos|>", "<|eos|>", "<|user|>", "<|assistant|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator((corpus or []) + CODE_CORPUS * 4, trainer=trainer)
+    bos = tok.token_to_id("<|bos|>")
+    tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", bos)])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|bos|>",
+        eos_token="<|eos|>",
+        pad_token="<|pad|>",
+        padding_side="left",
+        model_max_length=4096,
+    )
+    if chat_template:
+        fast.chat_template = chat_template
+    fast.save_pretrained(str(out_dir))
+    return fast
+
+
+def build_policy(
+    out_dir: str | Path,
+    corpus: list[str] | None = None,
+    seed: int = 0,
+    hidden: int = 64,
+    heads: int = 4,
+    lora: bool = True,
+) -> tuple[Any, Any]:
+    """(peft-wrapped tiny Llama, tokenizer); the base checkpoint is saved under `out_dir`."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out_dir = Path(out_dir)
+    tok = build_tokenizer(out_dir, corpus)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
+        max_position_embeddings=1024,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(str(out_dir))
+    if not lora:
+        return model, tok
+    config = LoraConfig(
+        r=8,
+        lora_alpha=16,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config), tok
+
+
+SIGNATURE = "def execute_command(image) -> str:"
+WRONG = "\n    return 'no such answer'"
+WRONG_2 = "\n    return 'zzz'"
+CRASH = "\n    return 1/0"
+
+
+def prompt_for(query: str) -> str:
+    """A short prompt (query comment + signature) instead of the full API listing, to keep the tiny
+    model's sequences small; the loop treats it like any other prompt text."""
+    return f"# {query}\n{SIGNATURE}"
+
+
+def build_world(root: str | Path) -> tuple[Path, list[Any], list[str]]:
+    """(world root, three training examples, their gold programs)."""
+    from data.shapes import BuildConfig, build_dataset, load_gold_programs
+    from data.shapes.tasks import load_shapes_tasks
+
+    root = Path(root)
+    build_dataset(BuildConfig(out=str(root), train=10, val=2, winoground=1, sugarcrepe=1, refcoco=1, seed=3))
+    examples = load_shapes_tasks(root, ["train"])["train"][:3]
+    gold = load_gold_programs(root)["vqa"]
+    return root, examples, [gold[e.query] for e in examples]
+
+
+@contextmanager
+def oracle_scorer(root: Path) -> Iterator[Any]:
+    """A `ProgramScorer` over the sandboxed runner, the oracle tools and the correctness reward."""
+    from executor.host import ToolHost
+    from executor.runner import RunnerConfig, SyncRunner
+    from executor.tools.stack import build_backend
+    from rewards.compose import RewardComposer, RewardConfig
+    from train.scoring import ProgramScorer
+
+    backend = build_backend({"backend": "oracle", "scene_graphs": str(root / "gqa" / "train_sceneGraphs.json")})
+    with SyncRunner(ToolHost(backend), RunnerConfig(slots=2)) as runner:
+        yield ProgramScorer(runner, RewardComposer(RewardConfig()))
+
+
+def world_corpus(world) -> list[str]:
+    return [prompt_for(e.query) for e in world[1]] + list(world[2])
+
+
+def pools_for(world) -> dict[str, list[str]]:
+    """Completions per prompt. q0: gold, a reformatted copy of gold (same AST, so deduplicated), a
+    wrong answer, a crash; q1: gold among wrong answers; q2: wrong answers only (all rewards equal:
+    a zero-variance group)."""
+    from train.rest import program_body
+
+    _, examples, gold = world
+    bodies = [program_body(g) for g in gold]
+    return {
+        prompt_for(examples[0].query): [bodies[0], bodies[0].replace(" = ", "  =  "), WRONG, CRASH],
+        prompt_for(examples[1].query): [WRONG, bodies[1], WRONG_2, WRONG],
+        prompt_for(examples[2].query): [WRONG, WRONG_2, WRONG, WRONG_2],
+    }
+
+
+def lora_sum(model) -> float:
+    return float(sum(p.detach().abs().sum() for n, p in model.named_parameters() if "lora_" in n))
+
+
+class PoolGenerator:
+    """Test double for a `Generator`: fixed completions per prompt (bodies of real programs). It
+    records its calls and the policy's LoRA weights at each call (what a real sampler would use)."""
+
+    def __init__(self, pools: dict[str, list[str]], model=None):
+        self.pools, self.model, self.calls, self.lora_sums = pools, model, [], []
+
+    def generate(self, prompts, n, sampling):
+        self.calls.append((list(prompts), n, sampling.seed))
+        if self.model is not None:
+            self.lora_sums.append(lora_sum(self.model))
+        return [[self.pools[p][j % len(self.pools[p])] for j in range(n)] for p in prompts]

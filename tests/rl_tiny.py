@@ -1,0 +1,130 @@
+"""A tiny shapes world and a tiny policy that writes *some* valid programs, built offline for the
+RL tests. A random policy writes only syntax errors, every reward in a group is equal and GRPO has
+nothing to learn from; a few hundred milliseconds of supervised fitting on the world's gold
+programs give it a mix of right, wrong and broken programs, so rewards vary within groups.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+WORLD = dict(train=16, val=4, winoground=2, sugarcrepe=1, refcoco=2, seed=5)
+RECIPE_BASE = {
+    "dataset": "shapes",
+    "dataset_tasks": ["train"],
+    "prompt_layout": "bare",
+    "executor_slots": 2,
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,
+    "max_completion_length": 48,
+    "report_to": "none",
+    "use_cpu": True,
+    "bf16": False,
+    "logging_steps": 1,
+    "save_steps": 1,
+    "seed": 0,
+    "lora_r": 8,
+    "lora_alpha": 16,
+    "disable_tqdm": True,
+}
+
+
+def build_world(root: Path) -> Path:
+    from data.shapes import BuildConfig, build_dataset
+
+    build_dataset(BuildConfig(out=str(root), workers=1, **WORLD))
+    return root
+
+
+def build_tokenizer(texts: list[str]):
+    """Byte-level BPE with <|pad|>/<|bos|>/<|eos|>; BOS added to every encoded text, like CodeLlama's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=["<|pad|>", "<|bos|>", "<|eos|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    bos = tok.token_to_id("<|bos|>")
+    tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", bos)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|bos|>",
+        eos_token="<|eos|>",
+        pad_token="<|pad|>",
+        padding_side="left",
+        model_max_length=1024,
+    )
+
+
+def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0) -> Path:
+    """A 2-layer Llama (hidden 64) with a BPE tokenizer trained on the world's prompts and gold
+    programs, fitted briefly on them; saved as a model folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from data.shapes import load_gold_programs
+    from data.shapes.tasks import load_shapes_tasks
+    from train.prompts import PromptConfig, PromptTemplate
+
+    examples = load_shapes_tasks(world, ["train"])["train"]
+    gold = load_gold_programs(world)["vqa"]
+    template = PromptTemplate.from_config(PromptConfig(layout="bare"))
+    pairs = []
+    for ex in examples:
+        prompt = template.build(ex.query)
+        body = gold[ex.query].split("\n", 1)[1]  # the body after `def execute_command(image):`
+        pairs.append((prompt, "\n" + body))
+    fast = build_tokenizer([p + c for p, c in pairs] * 3)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+    )
+    model = LlamaForCausalLM(cfg)
+    # One padded batch of every (prompt, gold body) pair; the loss covers the body and EOS only.
+    seqs = []
+    for prompt, body in pairs:
+        p = fast(prompt)["input_ids"]
+        c = fast(body, add_special_tokens=False)["input_ids"] + [fast.eos_token_id]
+        seqs.append((p + c, len(p)))
+    width = max(len(ids) for ids, _ in seqs)
+    x = torch.full((len(seqs), width), fast.pad_token_id)
+    labels = torch.full((len(seqs), width), -100)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, (ids, start) in enumerate(seqs):
+        x[row, : len(ids)] = torch.tensor(ids)
+        labels[row, start : len(ids)] = torch.tensor(ids[start:])
+        mask[row, : len(ids)] = 1
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(fit_steps):
+        loss = model(input_ids=x, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    fast.save_pretrained(str(out))
+    return out
+
+
+def write_recipe(path: Path, **values) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({**RECIPE_BASE, **values}))
+    return path

@@ -1,0 +1,301 @@
+"""`train/rl.py` end to end on a CPU: a tiny policy, the shapes world, the real sandboxed executor with
+the pixel-only `shapes` tools. GRPO and RLOO train and change the adapter; the vLLM code path runs
+with a fake engine; a run killed with SIGKILL resumes from its last checkpoint without losing or
+duplicating rollout rows; two processes (torchrun path, gloo) train a step."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from rl_tiny import build_policy, build_world, write_recipe
+
+from train.rollouts import RolloutLog
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPES_STACK = str(REPO / "configs/tools/shapes.yaml")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rl")
+    world = build_world(root / "world")
+    policy = build_policy(root / "policy", world)
+    return world, policy
+
+
+def _recipe(tmp_path, assets, **values):
+    world, policy = assets
+    base = dict(
+        model_name_or_path=str(policy),
+        dataset_root=str(world),
+        tool_stack=SHAPES_STACK,
+        output_dir=str(tmp_path / "run"),
+        warmup_steps=0,
+        per_device_train_batch_size=16,  # 4 prompts x 4 samples
+    )
+    return write_recipe(tmp_path / "recipe.yaml", **{**base, **values})
+
+
+def _lora_b_norm(adapter: Path) -> float:
+    from safetensors.torch import load_file
+
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    lora_b = [t for k, t in weights.items() if "lora_B" in k]
+    assert lora_b, "no LoRA B matrices in the adapter"
+    return float(sum(t.abs().sum() for t in lora_b))
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _assert_learned_something(run: Path) -> None:
+    steps = [m for m in _metrics(run) if "zero_variance/share" in m]
+    # LoRA B starts at zero; it moves only if some group had different rewards (a real signal).
+    assert any(m["zero_variance/share"] < 1 for m in steps), "every group had equal rewards: nothing to learn"
+    assert _lora_b_norm(run / "adapter") > 0
+
+
+def test_grpo_trains_and_writes_the_run_folder(tmp_path, assets):
+    from train.rl import main
+
+    adapter = main(["--config", str(_recipe(tmp_path, assets, max_steps=2))])
+    run = tmp_path / "run"
+    assert adapter == run / "adapter" and (adapter / "tokenizer.json").is_file()
+    _assert_learned_something(run)
+    rows = RolloutLog.in_run(run).read()
+    assert Counter(r.step for r in rows) == {1: 16, 2: 16}
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert {r.prompt_hash for r in rows} == {manifest["prompt_hash"]}
+    assert manifest["algorithm"] == "grpo" and manifest["policy"]["base_model"] == str(assets[1])
+    assert manifest["tool_stack"]["config"]["backend"] == "shapes" and manifest["dataset"]["split_id"]
+    assert manifest["packages"]["trl"] and "commit" in manifest["git"]
+    assert manifest["rewards"]["rewards"][0]["name"] == "correctness"
+    statuses = Counter(r.status for r in rows)
+    assert statuses["ok"] > 0 and all(r.components.keys() == {"correctness"} for r in rows)
+    assert any(r.tool_calls for r in rows if r.status == "ok")
+    logged = _metrics(run)
+    assert [m["step"] for m in logged if "loss" in m] == [1, 2]
+    assert {"exec/ok", "exec/syntax_error", "tools/cache_hit_rate", "rewards/correctness/mean"} <= set(logged[0])
+    # the resolved recipe reads back
+    from train.rl_config import parse_rl_config
+
+    assert parse_rl_config(["--config", str(run / "config.yaml")]).to_flat() == yaml.safe_load(
+        (run / "config.yaml").read_text()
+    )
+
+
+def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, assets, monkeypatch):
+    from train.rl import main
+
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WANDB_PROJECT", "vprl-test")
+    recipe = _recipe(
+        tmp_path,
+        assets,
+        algorithm="rloo",
+        max_steps=2,
+        filter_zero_variance=True,
+        report_to="wandb",
+        program_table_steps=1,
+    )
+    try:
+        main(["--config", str(recipe)])
+    finally:
+        import wandb
+
+        wandb.finish()
+        os.environ.pop("WANDB_MODE", None)  # set by the entry point (no API key: offline)
+        os.environ.pop("WANDB_DIR", None)
+    run = tmp_path / "run"
+    _assert_learned_something(run)
+    assert all("zero_variance/filtered_share" in m for m in _metrics(run) if "loss" in m)
+    assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {1: 16, 2: 16}
+    # offline wandb run inside the run folder, with the programs table of every step
+    (offline,) = run.glob("wandb/offline-run-*")
+    tables = sorted(offline.glob("files/media/table/programs_*.table.json"))
+    assert len(tables) == 2
+    table = json.loads(tables[0].read_text())
+    assert "program" in table["columns"] and len(table["data"]) == 16
+
+
+class FakeVLLMGeneration:
+    """Stands in for trl's vLLM backend: scripted completions (right, wrong, broken, trivial) with
+    text after the program that the stop sequences must cut."""
+
+    instances: list = []
+    BODIES = [
+        "\n    return 'yes'\n",
+        "\n    return 'no'\n",
+        "\n    return 1/0\n",
+        "\n    return ImagePatch(image).simple_query('What is it?')\n",
+    ]
+    TAIL = "\n# Is there a red circle?\ndef execute_command(image) -> str:\n    return 'no'\n"
+
+    def __init__(self, model, accelerator, processing_class, **kwargs):
+        self.tokenizer, self.kwargs, self.calls, self.synced = processing_class, kwargs, 0, 0
+        self.raw_lengths: list[int] = []
+        FakeVLLMGeneration.instances.append(self)
+
+    def sync_weights(self):
+        self.synced += 1
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        self.calls += 1
+        completions = []
+        for i, _ in enumerate(prompts):
+            text = self.BODIES[i % len(self.BODIES)] + self.TAIL
+            completions.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        self.raw_lengths += [len(c) for c in completions]
+        logprobs = [[[0.0] for _ in c] for c in completions]
+        return prompts, completions, logprobs, [[[t] for t in c] for c in completions]
+
+
+def test_vllm_path_with_a_fake_engine(tmp_path, assets, monkeypatch):
+    import trl.trainer.grpo_trainer as grpo_trainer
+
+    import train.rl
+
+    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", FakeVLLMGeneration)
+    monkeypatch.setattr(train.rl, "require_vllm", lambda key: None)  # vLLM itself is not installed here
+    FakeVLLMGeneration.instances.clear()
+    recipe = _recipe(
+        tmp_path,
+        assets,
+        max_steps=1,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_importance_sampling_correction=False,
+    )
+    train.rl.main(["--config", str(recipe)])
+    (engine,) = FakeVLLMGeneration.instances
+    assert engine.calls == 1 and engine.synced >= 1
+    assert "\n#" in engine.kwargs["generation_kwargs"]["stop"]  # vLLM stops at the end of the program itself
+    run = tmp_path / "run"
+    rows = RolloutLog.in_run(run).read()
+    assert {r.status for r in rows} >= {"ok", "runtime_error"}
+    assert not any("red circle" in r.program for r in rows)
+    # completions were cut after the stop: the loss covered the programs, not the tail
+    (logged,) = [m for m in _metrics(run) if "loss" in m]
+    assert logged["completions/max_length"] < min(engine.raw_lengths)
+    _assert_learned_something(run)
+
+
+def _launch(args: list[str], log: Path, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, **kwargs
+    )
+
+
+def test_sigkill_then_the_same_command_resumes(tmp_path, assets):
+    recipe = _recipe(tmp_path, assets, max_steps=6, per_device_train_batch_size=8)
+    run = tmp_path / "run"
+    command = [sys.executable, "train/rl.py", "--config", str(recipe)]
+    proc = _launch(command, tmp_path / "first.log")
+    deadline = time.time() + 240
+    while not (run / "checkpoint-2" / "trainer_state.json").is_file():
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        assert time.time() < deadline, "no checkpoint-2 within 240 s"
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group: trainer and its sandbox supervisor
+    proc.wait()
+    before = RolloutLog.in_run(run).read()
+    killed_at = max(
+        int(p.name.split("-")[1]) for p in run.glob("checkpoint-*") if (p / "trainer_state.json").is_file()
+    )
+    assert killed_at < 6
+
+    second = _launch(command, tmp_path / "second.log")
+    assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["resumed_from"] and manifest["resumed_from"].endswith(f"checkpoint-{killed_at}")
+    assert json.loads((run / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
+    rows = RolloutLog.in_run(run).read()
+    assert Counter(r.step for r in rows) == {step: 8 for step in range(1, 7)}  # none lost, none twice
+    kept = [r for r in before if r.step <= killed_at]
+    assert rows[: len(kept)] == kept  # the rows of the steps the checkpoint holds are untouched
+    assert [m["step"] for m in _metrics(run) if "loss" in m] == list(range(1, 7))
+    assert (run / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_two_processes_train_a_step(tmp_path, assets):
+    recipe = _recipe(tmp_path, assets, max_steps=1, per_device_train_batch_size=8, executor_slots=1)
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    command = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    command += [
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(29500 + os.getpid() % 500),
+    ]
+    command += ["train/rl.py", "--config", str(recipe)]
+    proc = _launch(command, tmp_path / "ddp.log")
+    assert proc.wait(timeout=300) == 0, (tmp_path / "ddp.log").read_text()[-3000:]
+    log = (tmp_path / "ddp.log").read_text()
+    run = tmp_path / "run"
+    # each process sampled its own 2 prompts x 4; the main process wrote all of them
+    assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {1: 16}
+    assert (run / "adapter" / "adapter_model.safetensors").is_file() and "Traceback" not in log
+
+
+def test_qlora_grpo_step(tmp_path, assets):
+    from train.rl import main
+
+    recipe = _recipe(
+        tmp_path,
+        assets,
+        max_steps=1,
+        per_device_train_batch_size=8,
+        load_in_4bit=True,
+        bnb_4bit_compute_dtype="float32",
+    )
+    main(["--config", str(recipe)])
+    run = tmp_path / "run"
+    assert json.loads((run / "manifest.json").read_text())["policy"]["quantization"] == "4bit"
+    from safetensors.torch import load_file
+
+    keys = load_file(str(run / "adapter" / "adapter_model.safetensors")).keys()
+    assert keys and all("lora_" in k for k in keys)  # only the adapter, no quantization state
+
+
+def test_rest_dispatches_to_the_rest_loop(tmp_path, assets):
+    from train.rl import main
+    from train.rl_config import parse_rl_config
+    from train.rl_rest import rest_config
+
+    world, policy = assets
+    recipe = tmp_path / "rest.yaml"
+    values = yaml.safe_load(_recipe(tmp_path, assets).read_text())
+    for key in ("num_generations", "max_completion_length", "save_steps"):
+        values.pop(key)
+    values.update(
+        algorithm="rest",
+        rest_iterations=1,
+        rest_samples_per_query=2,
+        rest_max_new_tokens=48,
+        dataset_limit=4,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+    )
+    recipe.write_text(yaml.safe_dump(values))
+    mapped = rest_config(parse_rl_config(["--config", str(recipe)]))
+    assert (mapped.iterations, mapped.samples_per_query, mapped.learning_rate, mapped.batch_size) == (1, 2, 1e-3, 2)
+    assert mapped.epochs == 1.0 and mapped.max_grad_norm == 0.3 and mapped.sft_overrides["report_to"] in ([], ["none"])
+    adapter = main(["--config", str(recipe)])
+    run = tmp_path / "run"
+    assert (adapter / "adapter_model.safetensors").is_file() and (adapter / "tokenizer.json").is_file()
+    assert (run / "iterations" / "iter-0" / "summary.json").is_file()
+    assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {0: 8}
+    assert json.loads((run / "manifest.json").read_text())["algorithm"] == "rest"

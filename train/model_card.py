@@ -1,0 +1,136 @@
+"""The model card of an exported adapter (README.md): base, LoRA settings, data, prompt, tool stack,
+rewards, hyperparameters, a metric summary of the run and its provenance. train/export.py writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HIGHER_IS_BETTER = ("reward", "accuracy", "correct", "score", "iou")
+LOWER_IS_BETTER = ("loss",)
+
+
+def metric_summary(metrics: list[dict[str, Any]]) -> list[tuple[str, float, int, float | None, int | None]]:
+    """(name, final value, its step, best value, its step) per numeric metric; best only where the
+    direction is known from the name (rewards/accuracy up, losses down)."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for row in metrics:
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                series.setdefault(key, []).append((int(row["step"]), float(value)))
+    out = []
+    for name, points in sorted(series.items()):
+        final_step, final = points[-1]
+        best = best_step = None
+        if any(w in name for w in LOWER_IS_BETTER) or any(w in name for w in HIGHER_IS_BETTER):
+            sign = -1.0 if any(w in name for w in LOWER_IS_BETTER) else 1.0
+            best_step, best = max(points, key=lambda p: (sign * p[1], p[0]))
+        out.append((name, final, final_step, best, best_step))
+    return out
+
+
+def rollout_summary(rows: list[Any]) -> dict[str, Any]:
+    """Mean total reward per step (masked rows left out), first/final/best step, share of ok programs."""
+    by_step: dict[int, list[float]] = {}
+    for row in rows:
+        if row.total is not None:
+            by_step.setdefault(row.step, []).append(row.total)
+    if not by_step:
+        return {}
+    means = {step: sum(v) / len(v) for step, v in sorted(by_step.items())}
+    first, final = min(means), max(means)
+    best = max(means, key=lambda s: (means[s], s))
+    return {
+        "programs": len(rows),
+        "steps": len(means),
+        "ok_share": sum(r.status == "ok" for r in rows) / len(rows),
+        "first": (first, means[first]),
+        "final": (final, means[final]),
+        "best": (best, means[best]),
+    }
+
+
+def _compact(data: Any, keep: int = 8) -> Any:
+    """Long lists (a split's thousands of example ids) cut to their first items and a count."""
+    if isinstance(data, dict):
+        return {k: _compact(v, keep) for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and len(data) > keep:
+        return [_compact(v, keep) for v in data[:keep]] + [f"... {len(data) - keep} more ({len(data)} in all)"]
+    return data
+
+
+def _yaml_block(data: Any) -> str:
+    text = yaml.safe_dump(_compact(data), sort_keys=False, default_flow_style=False).strip() if data else None
+    return f"```yaml\n{text}\n```\n" if text else "(not recorded)\n"
+
+
+def render_model_card(run, manifest, config, metrics, rollouts, adapter_config, export):
+    from huggingface_hub import ModelCard, ModelCardData
+
+    base = export["base_model"]
+    algorithm = manifest.get("algorithm") or config.get("algorithm") or "unknown"
+    data = ModelCardData(
+        base_model=base if not Path(base).exists() else None,
+        library_name="peft",
+        pipeline_tag="text-generation",
+        tags=["vprl", "visual-programming", "lora", str(algorithm)],
+    )
+    lora = {k: adapter_config.get(k) for k in ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora")}
+    lines = [
+        f"---\n{data.to_yaml()}\n---",
+        f"# {Path(export['out']).name}: a vprl visual-program generator adapter",
+        "",
+        f"A LoRA adapter for `{base}` that writes Python programs against the vprl image API, trained with "
+        f"`{algorithm}` (run `{run.name}`, adapter `{export['adapter_source']}`, seed {manifest.get('seed', '?')}).",
+        "The base was loaded "
+        + (f"in **{export['quantization']}** (QLoRA) " if export["quantization"] != "none" else "unquantized ")
+        + "during training; this adapter loads on the unquantized base.",
+        "",
+        "## Use",
+        "```python",
+        "from peft import PeftModel",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        f"model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base!r}), 'PATH_OR_REPO')",
+        "tokenizer = AutoTokenizer.from_pretrained('PATH_OR_REPO')",
+        "```",
+        "",
+        "Prompts must be built the way training built them (`train.prompts`, prompt hash "
+        f"`{manifest.get('prompt_hash', '?')}`).",
+        "",
+        "## Base model and adapter",
+        _yaml_block({"base_model": base, "quantization_in_training": export["quantization"], "lora": lora}),
+        "## Data and splits",
+        _yaml_block(manifest.get("splits") or manifest.get("dataset")),
+        "## Prompt",
+        _yaml_block({"hash": manifest.get("prompt_hash"), "config": manifest.get("prompt")}),
+        "## Tool stack",
+        _yaml_block(manifest.get("tool_stack")),
+        "## Rewards",
+        _yaml_block(manifest.get("rewards")),
+        "## Training hyperparameters",
+        _yaml_block(config),
+        "## Metrics",
+        "",
+    ]
+    summary = metric_summary(metrics)
+    if summary:
+        lines += ["| metric | final (step) | best (step) |", "|---|---|---|"]
+        for name, final, fstep, best, bstep in summary:
+            best_text = f"{best:.4g} ({bstep})" if best is not None else "-"
+            lines.append(f"| {name} | {final:.4g} ({fstep}) | {best_text} |")
+    else:
+        lines.append("No metrics.jsonl in the run.")
+    roll = rollout_summary(rollouts)
+    if roll:
+        lines += [
+            "",
+            f"Rollouts: {roll['programs']} programs over {roll['steps']} steps, {roll['ok_share']:.1%} executed "
+            f"without error. Mean reward: first step {roll['first'][0]} {roll['first'][1]:.4g}, final step "
+            f"{roll['final'][0]} {roll['final'][1]:.4g}, best step {roll['best'][0]} {roll['best'][1]:.4g}.",
+        ]
+    provenance = {k: manifest[k] for k in ("git", "git_commit", "packages", "versions", "command") if k in manifest}
+    provenance["adapter_sha256"] = export["weights_sha256"]
+    lines += ["", "## Provenance", _yaml_block(provenance)]
+    return ModelCard("\n".join(lines) + "\n")

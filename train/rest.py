@@ -1,0 +1,431 @@
+"""The ReST loop (ViUniT / ViReP's "RL"): sample N programs per question, score them through the
+executor, keep the rewarded ones, fine-tune the LoRA on them with trl's SFTTrainer, repeat K times,
+one adapter per iteration.
+
+What ViUniT's code (`train.py` + `train_virep.py`) does, and what we keep or change:
+
+- keep: `reward > 0` (their `improve_dataset.filter(lambda x: x['reward'] > 0.)`); here
+  `keep_threshold` / `keep_rule` on the composed total, 0 and "above" by default. Their reward
+  weighting of the loss never runs (the `...WithReward` classes are dropped by `from_pretrained`),
+  so training is filter-only: so is ours.
+- continue, not restart: iteration k loads `model_{k-1}` (`PeftModel.from_pretrained(...,
+  is_trainable=True)`) and trains on iteration k's kept programs. `restart_from_base=True` instead
+  trains every iteration from the policy's initial adapter (ReST-EM's choice), still sampling with
+  the latest one. Their trainer also resumes optimizer and scheduler state with
+  `num_train_epochs = epochs * (k + 1)`, which HF's resume turns into a step count measured on the
+  *previous* dataset's size; we start a fresh optimizer and warmup+linear schedule each iteration.
+- same prompt for sampling and training: they sample with the long API prompt and train on a short
+  one with no API listing (and may put two BOS in front for vLLM). Here the training sequence is
+  `encode_prompt(frame_prompt(prompt))`, the exact ids the generator fed the model, followed by the
+  program body the model wrote and EOS; the loss covers the body and EOS only.
+- dedupe: identical programs (by `program_key`) of one question are kept once;
+  `max_kept_per_query` caps the rest (best reward first).
+
+Files: `run_dir/iterations/initial/adapter` (the policy's adapter before iteration 0),
+`run_dir/iterations/iter-{k}/{adapter/, summary.json, kept.jsonl}`. The adapter folder appears last
+(renamed into place), so its presence marks the iteration done: resume skips it, reloads the last
+done adapter and truncates the rollouts log after that iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from data.records import Example
+from executor.program import program_key
+from train.generation import Generator, SamplingConfig
+from train.prompts import completion_to_program
+from train.prompts.framing import STYLES
+from train.rest_sft import (
+    ADAPTER_WEIGHTS,
+    LOOP_OWNED,
+    check_sft_overrides,
+    load_adapter,
+    program_body,
+    save_adapter,
+    sft_example,
+    train_sft,
+)
+from train.rollouts import RolloutLog, RolloutRow
+from train.scoring import ProgramScorer
+
+__all__ = [
+    "IterationSummary",
+    "KeptProgram",
+    "RestConfig",
+    "adapter_dir",
+    "initial_adapter_dir",
+    "is_done",
+    "iteration_dir",
+    "program_body",
+    "read_summary",
+    "run_rest",
+    "select_kept",
+    "sft_example",
+    "zero_variance_groups",
+]
+
+logger = logging.getLogger(__name__)
+
+KEEP_RULES = ("above", "at_least")
+ITERATIONS_DIR = "iterations"
+
+
+@dataclass(frozen=True)
+class RestConfig:
+    """The loop and its SFT step. Defaults: ViUniT's training recipe (lr 2e-4, linear schedule,
+    warmup 0.1, max grad norm 0.3, per-device batch 2, one epoch per iteration, keep reward > 0).
+
+    keep_rule: "above" keeps total > keep_threshold; "at_least" keeps total >= keep_threshold.
+    max_kept_per_query: at most this many distinct programs per question (None: no cap).
+    restart_from_base: train each iteration from the initial adapter instead of the previous one.
+    style: prompt framing (train.prompts.frame_prompt), the same the generator uses.
+    max_length: a longer prompt + program is left out of SFT (counted in the summary).
+    sft_overrides: further `trl.SFTConfig` fields (e.g. report_to, optim, bf16).
+    """
+
+    iterations: int = 3
+    samples_per_query: int = 8
+    keep_threshold: float = 0.0
+    keep_rule: str = "above"
+    dedupe: bool = True
+    max_kept_per_query: int | None = None
+    restart_from_base: bool = False
+    style: str = "auto"
+    learning_rate: float = 2e-4
+    lr_scheduler_type: str = "linear"
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 0.3
+    epochs: float = 1.0
+    batch_size: int = 2
+    gradient_accumulation_steps: int = 1
+    gradient_checkpointing: bool = False
+    max_length: int = 4096
+    seed: int = 42
+    sft_overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        positive = ("iterations", "samples_per_query", "batch_size", "gradient_accumulation_steps", "max_length")
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RestConfig.{name} must be a positive integer, got {value!r}")
+        if self.keep_rule not in KEEP_RULES:
+            raise ValueError(f"RestConfig.keep_rule: {self.keep_rule!r} is not one of {KEEP_RULES}")
+        if self.max_kept_per_query is not None and (
+            isinstance(self.max_kept_per_query, bool)
+            or not isinstance(self.max_kept_per_query, int)
+            or self.max_kept_per_query < 1
+        ):
+            raise ValueError(
+                f"RestConfig.max_kept_per_query must be a positive integer or null, got {self.max_kept_per_query!r}"
+            )
+        if not math.isfinite(self.keep_threshold):
+            raise ValueError(f"RestConfig.keep_threshold must be finite, got {self.keep_threshold!r}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"RestConfig.warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        if self.learning_rate <= 0 or self.max_grad_norm <= 0 or self.epochs <= 0:
+            raise ValueError("RestConfig.learning_rate, max_grad_norm and epochs must be positive")
+        if not isinstance(self.sft_overrides, dict):
+            raise ValueError(f"RestConfig.sft_overrides must be a mapping, got {type(self.sft_overrides).__name__}")
+        clash = sorted(set(LOOP_OWNED) & set(self.sft_overrides))
+        if clash:
+            raise ValueError(f"RestConfig.sft_overrides: {clash} are set by the ReST loop itself")
+        if self.style not in STYLES:
+            raise ValueError(f"RestConfig.style: {self.style!r} is not one of {STYLES}")
+
+    def keeps(self, total: float | None) -> bool:
+        if total is None:  # infra_error: masked, never a training target
+            return False
+        return total > self.keep_threshold if self.keep_rule == "above" else total >= self.keep_threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "RestConfig") -> RestConfig:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys are {names}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class IterationSummary:
+    """What one iteration sampled, kept and trained on (`iter-{k}/summary.json`)."""
+
+    iteration: int
+    queries: int
+    samples: int
+    masked: int  # infra_error rows: no reward, never kept
+    rewarded: int  # samples passing the keep rule, before dedupe and cap
+    kept: int  # distinct programs trained on
+    kept_queries: int  # questions with at least one kept program
+    mean_reward: float | None
+    status_rates: dict[str, float]
+    component_means: dict[str, float]
+    zero_variance_groups: int  # questions whose N rewards are all equal (no signal to rank by)
+    sft_examples: int
+    skipped_too_long: int
+    skipped_no_body: int
+    train_loss: float | None
+    trained: bool
+    adapter_source: str  # "previous" | "initial" (restart_from_base)
+    seconds: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> IterationSummary:
+        return cls(**row)
+
+
+@dataclass(frozen=True)
+class KeptProgram:
+    item: int  # index into run_rest's items
+    example_id: str
+    program: str
+    total: float
+
+
+def iteration_dir(run_dir: str | Path, k: int) -> Path:
+    return Path(run_dir) / ITERATIONS_DIR / f"iter-{k}"
+
+
+def adapter_dir(run_dir: str | Path, k: int) -> Path:
+    return iteration_dir(run_dir, k) / "adapter"
+
+
+def initial_adapter_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / ITERATIONS_DIR / "initial" / "adapter"
+
+
+def is_done(run_dir: str | Path, k: int) -> bool:
+    return (adapter_dir(run_dir, k) / ADAPTER_WEIGHTS).is_file()
+
+
+def read_summary(run_dir: str | Path, k: int) -> IterationSummary:
+    path = iteration_dir(run_dir, k) / "summary.json"
+    return IterationSummary.from_json(json.loads(path.read_text(encoding="utf-8")))
+
+
+# --- selection -----------------------------------------------------------------------------------
+
+
+def zero_variance_groups(groups: Sequence[Sequence[float | None]]) -> int:
+    """Groups whose unmasked rewards (at least two) are all equal."""
+    count = 0
+    for totals in groups:
+        seen = [t for t in totals if t is not None]
+        if len(seen) >= 2 and max(seen) == min(seen):
+            count += 1
+    return count
+
+
+def select_kept(rows: Sequence[RolloutRow], items_per_row: Sequence[int], config: RestConfig) -> list[KeptProgram]:
+    """The training set of one iteration: rows passing the keep rule, deduplicated per question by
+    program key, best reward first (sample order breaks ties), at most `max_kept_per_query`."""
+    by_item: dict[int, list[tuple[int, RolloutRow]]] = defaultdict(list)
+    for order, (row, item) in enumerate(zip(rows, items_per_row, strict=True)):
+        if config.keeps(row.total):
+            by_item[item].append((order, row))
+    kept: list[KeptProgram] = []
+    for item in sorted(by_item):
+        ranked = sorted(by_item[item], key=lambda pair: (-pair[1].total, pair[0]))
+        seen: set[str] = set()
+        for _, row in ranked:
+            key = row.program_key or program_key(row.program)
+            if config.dedupe and key in seen:
+                continue
+            seen.add(key)
+            kept.append(KeptProgram(item, row.example_id, row.program, float(row.total)))
+            if config.max_kept_per_query is not None and len(seen) >= config.max_kept_per_query:
+                break
+    return kept
+
+
+def _sync_generator(generator: Any, path: Path) -> None:
+    """Generators that hold their own copy of the weights (vLLM) are pointed at the new adapter;
+    the transformers generator shares the live model and needs nothing."""
+    hook = getattr(generator, "set_adapter", None)
+    if callable(hook):
+        hook(path)
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+
+def _summarise(k: int, rows: list[RolloutRow], groups: list[list[float | None]], queries: int) -> dict[str, Any]:
+    totals = [r.total for r in rows if r.total is not None]
+    statuses = Counter(r.status for r in rows)
+    components: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        for name, value in r.components.items():
+            if value is not None:
+                components[name].append(value)
+    return {
+        "iteration": k,
+        "queries": queries,
+        "samples": len(rows),
+        "masked": len(rows) - len(totals),
+        "mean_reward": sum(totals) / len(totals) if totals else None,
+        "status_rates": {s: c / len(rows) for s, c in sorted(statuses.items())} if rows else {},
+        "component_means": {n: sum(v) / len(v) for n, v in sorted(components.items())},
+        "zero_variance_groups": zero_variance_groups(groups),
+    }
+
+
+def _first_iteration(run_dir: Path, config: RestConfig, start_iteration: int) -> int:
+    if start_iteration < 0:
+        raise ValueError(f"start_iteration must be >= 0, got {start_iteration}")
+    first = start_iteration
+    while first < config.iterations and is_done(run_dir, first):
+        first += 1
+    if first > 0 and not is_done(run_dir, first - 1):
+        raise FileNotFoundError(
+            f"cannot start the ReST loop at iteration {first}: iteration {first - 1} has no adapter "
+            f"({adapter_dir(run_dir, first - 1)})"
+        )
+    return first
+
+
+def run_rest(
+    *,
+    model: Any,
+    tokenizer: Any,
+    items: list[tuple[Example, str]],
+    scorer: ProgramScorer,
+    generator: Generator,
+    config: RestConfig,
+    sampling: SamplingConfig,
+    run_dir: Path,
+    log: RolloutLog,
+    prompt_hash: str,
+    policy_name: str,
+    start_iteration: int = 0,
+) -> list[Path]:
+    """Run iterations `start_iteration .. config.iterations - 1`, skipping those already done; returns
+    the adapter folder of every iteration. `model` is the peft-wrapped policy, trained in place;
+    `items` pairs each example with its (unframed) prompt, as the generator takes it."""
+    if not items:
+        raise ValueError("run_rest: no training items")
+    check_sft_overrides(config.sft_overrides)
+    run_dir = Path(run_dir)
+    first = _first_iteration(run_dir, config, start_iteration)
+    initial = initial_adapter_dir(run_dir)
+    if first == 0:
+        initial.parent.mkdir(parents=True, exist_ok=True)
+        save_adapter(model, initial)
+        _sync_generator(generator, initial)
+    else:
+        previous = adapter_dir(run_dir, first - 1)
+        load_adapter(model, previous)
+        _sync_generator(generator, previous)
+    dropped = log.truncate_after(first - 1 if first > 0 else None)
+    if dropped:
+        logger.info("rest: dropped %d rollout rows of unfinished iterations (>= %d)", dropped, first)
+    if config.restart_from_base and not (initial / ADAPTER_WEIGHTS).is_file():
+        raise FileNotFoundError(f"restart_from_base needs the initial adapter at {initial}")
+
+    examples = [ex for ex, _ in items]
+    prompts = [p for _, p in items]
+    n = config.samples_per_query
+    bar = tqdm(range(first, config.iterations), desc="rest iterations", initial=first, total=config.iterations)
+    for k in bar:
+        timer: dict[str, float] = {}
+        t0 = time.perf_counter()
+        iter_sampling = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + k)
+        completions = generator.generate(prompts, n, iter_sampling)
+        if len(completions) != len(prompts) or any(len(c) != n for c in completions):
+            raise RuntimeError(
+                f"generator returned {[len(c) for c in completions]} completions, expected {n} per prompt"
+            )
+        timer["generate"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        flat_items = [i for i in range(len(items)) for _ in range(n)]
+        programs = [completion_to_program(prompts[i], c) for i in range(len(items)) for c in completions[i]]
+        flat_examples = [examples[i] for i in flat_items]
+        batch = scorer.score(flat_examples, programs, progress=True)
+        rows = batch.rows(k, flat_examples, programs, prompt_hash=prompt_hash, policy=policy_name)
+        log.append(rows)
+        timer["score"] = time.perf_counter() - t0
+
+        groups = [[r.total for r in rows[i * n : (i + 1) * n]] for i in range(len(items))]
+        stats = _summarise(k, rows, groups, len(items))
+        rewarded = sum(config.keeps(r.total) for r in rows)
+        kept = select_kept(rows, flat_items, config)
+        t0 = time.perf_counter()
+        sft_rows, too_long, no_body = [], 0, 0
+        for kp in kept:
+            ex = sft_example(tokenizer, prompts[kp.item], kp.program, config.style)
+            if ex is None:  # rewarded yet no `def execute_command` line first: nothing to continue
+                no_body += 1
+                continue
+            if len(ex["input_ids"]) > config.max_length:
+                too_long += 1
+                continue
+            sft_rows.append(ex)
+        if too_long:
+            logger.warning(
+                "rest iteration %d: %d kept programs are longer than max_length %d with their prompt; left out",
+                k,
+                too_long,
+                config.max_length,
+            )
+        out = iteration_dir(run_dir, k)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "kept.jsonl").write_text(
+            "".join(json.dumps(dataclasses.asdict(kp), ensure_ascii=False) + "\n" for kp in kept), encoding="utf-8"
+        )
+        source = "previous"
+        loss = None
+        if sft_rows:
+            if config.restart_from_base:
+                load_adapter(model, initial)
+                source = "initial"
+            loss = train_sft(model, tokenizer, sft_rows, config, out / "trainer")
+        else:
+            logger.warning(
+                "rest iteration %d: nothing to train on (%d of %d samples passed the keep rule); "
+                "the adapter is carried over unchanged",
+                k,
+                rewarded,
+                len(rows),
+            )
+        timer["train"] = time.perf_counter() - t0
+        summary = IterationSummary(
+            **stats,
+            rewarded=rewarded,
+            kept=len(kept),
+            kept_queries=len({kp.item for kp in kept}),
+            sft_examples=len(sft_rows),
+            skipped_too_long=too_long,
+            skipped_no_body=no_body,
+            train_loss=loss,
+            trained=bool(sft_rows),
+            adapter_source=source,
+            seconds={name: round(s, 3) for name, s in timer.items()},
+        )
+        (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n", encoding="utf-8")
+        save_adapter(model, adapter_dir(run_dir, k))  # last: its presence marks the iteration done
+        _sync_generator(generator, adapter_dir(run_dir, k))
+        bar.set_postfix(
+            kept=len(kept), reward=f"{summary.mean_reward or 0:.3f}", zero_var=summary.zero_variance_groups
+        )
+    return [adapter_dir(run_dir, k) for k in range(config.iterations)]

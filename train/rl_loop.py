@@ -1,0 +1,86 @@
+"""GRPO / RLOO through trl: the policy, the prompts as a dataset, the composed reward as
+`reward_funcs`, the run-folder callbacks, train (resuming from a checkpoint), save the adapter."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from executor.runner import SyncRunner
+from rewards.compose import RewardComposer
+from rewards.trl_adapter import TrlRewardAdapter
+from train import runs
+from train.callbacks import MetricsRecorder, ProgramTable, RolloutRecorder
+from train.policy import load_model, load_tokenizer, policy_name
+from train.prompts import STOP_SEQUENCES, completion_to_program
+from train.rl_config import RLConfig
+from train.rl_data import PromptedExample, trl_dataset
+from train.rl_trainers import TRAINERS
+from train.rollouts import RolloutLog
+from train.scoring import ProgramScorer
+
+logger = logging.getLogger(__name__)
+
+
+def build_trainer(
+    cfg: RLConfig,
+    prompted: list[PromptedExample],
+    composer: RewardComposer,
+    runner: SyncRunner,
+    run_dir: Path,
+    device: Any = None,
+) -> tuple[Any, RolloutRecorder]:
+    tokenizer = load_tokenizer(cfg.policy)
+    model, peft_config = load_model(cfg.policy, device=device)
+    dataset = trl_dataset(prompted, tokenizer, cfg.policy.framing)
+    recorder = RolloutRecorder(
+        RolloutLog.in_run(run_dir),
+        {p.example.id: p.prompt_hash for p in prompted},
+        policy_name(cfg.policy),
+        keep_traces=cfg.rewards.rollout_traces,
+    )
+    adapter = TrlRewardAdapter(
+        ProgramScorer(runner, composer),
+        {p.example.id: p.example for p in prompted},
+        completion_to_program,
+        [spec.name for spec in composer.config.rewards],
+        on_batch=recorder.on_batch,
+    )
+    args = cfg.training
+    args.reward_weights = adapter.reward_weights
+    stops = STOP_SEQUENCES if cfg.rewards.stop_at_program_end else ()
+    if args.use_vllm and stops:
+        args.generation_kwargs = {**(args.generation_kwargs or {}), "stop": list(stops)}
+    trainer = TRAINERS[cfg.algorithm](
+        model=model,
+        reward_funcs=adapter.reward_funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[
+            recorder,
+            MetricsRecorder(runs.MetricsLog(run_dir)),
+            ProgramTable(recorder, cfg.rewards.program_table_steps),
+        ],
+    )
+    trainer.setup_program_training(stops, cfg.rewards.filter_zero_variance)
+    return trainer, recorder
+
+
+def train_rl(
+    cfg: RLConfig,
+    prompted: list[PromptedExample],
+    composer: RewardComposer,
+    runner: SyncRunner,
+    run_dir: Path,
+    checkpoint: tuple[int, Path] | None,
+    state: Any,
+) -> Path:
+    device = state.device if cfg.policy.load_in_4bit else None
+    trainer, _ = build_trainer(cfg, prompted, composer, runner, run_dir, device)
+    trainer.train(resume_from_checkpoint=str(checkpoint[1]) if checkpoint else None)
+    out = run_dir / runs.ADAPTER_DIR
+    trainer.save_model(str(out))  # the peft adapter (safetensors) and the tokenizer, main process only
+    return out
