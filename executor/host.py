@@ -19,14 +19,33 @@ import json
 import statistics
 import time
 from collections import OrderedDict, deque
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from executor.tools.base import MAX_TEXT, ToolBackend, ToolCall, ToolError, ToolUnavailable, validate_call
+from executor.tools.base import (
+    MAX_TEXT,
+    ImageInfo,
+    ToolBackend,
+    ToolCall,
+    ToolError,
+    ToolUnavailable,
+    load_rgb,
+    validate_call,
+)
+
+# Owner of program images registered without one (callers that predate owners): they are still
+# marked program-built, so a backend that cannot look at them is not counted as our failure, and
+# they fall under the store's cap on program images.
+_UNOWNED = "<no owner>"
 
 MAX_REGISTERED_PIXELS = 4096 * 4096 * 3
+MAX_PROGRAM_IMAGE_BYTES = 256 << 20  # pixels one program may have registered at once
+MAX_VIDEO_FRAMES = 32  # frames of a video given to a program when the example does not say
+FRAME_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
 
 class ToolHost:
@@ -37,6 +56,7 @@ class ToolHost:
         max_wait_ms: float = 2.0,
         rpc_timeout_s: float = 30.0,
         cache_size: int = 200_000,
+        max_program_image_bytes: int = MAX_PROGRAM_IMAGE_BYTES,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -46,12 +66,12 @@ class ToolHost:
         self.max_wait_ms = max_wait_ms
         self.rpc_timeout_s = rpc_timeout_s
         self.cache_size = cache_size
+        self.max_program_image_bytes = max_program_image_bytes
         self._backend_hash = backend.config_hash()
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self._inflight: dict[str, asyncio.Future] = {}
         self._queues: dict[str, list[tuple[ToolCall, asyncio.Future]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._program_images: set[str] = set()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tool-backend")
         self._io_pool = ThreadPoolExecutor(1, thread_name_prefix="tool-host-io")  # image reads
         self._latency: deque[float] = deque(maxlen=20_000)
@@ -65,8 +85,10 @@ class ToolHost:
             "unavailable": 0,
             "pixels": 0,
             "registered": 0,
+            "images_evicted": 0,
         }
         self._batch_sizes: dict[int, int] = {}
+        self._videos: dict[tuple[str, int | None], list[ImageInfo]] = {}
 
     # -- tool calls ------------------------------------------------------------------------------
     async def call(self, call: ToolCall) -> tuple[Any, bool, float]:
@@ -80,6 +102,7 @@ class ToolHost:
             self._counts["tool_errors"] += 1
             raise
         key = call.cache_key(self._backend_hash)
+        program_image = call.image is not None and self.images.program_built(call.image)
         if key in self._cache:
             self._cache.move_to_end(key)
             self._counts["cache_hits"] += 1
@@ -99,7 +122,7 @@ class ToolHost:
             raise ToolUnavailable(f"the {call.tool} tool did not answer within {self.rpc_timeout_s:g} s") from None
         except ToolUnavailable as exc:
             self._counts["unavailable"] += 1
-            if call.image in self._program_images:
+            if program_image:
                 # The program chose to ask about an image it built; a backend that cannot look at
                 # such images (the oracle has no scene for it) is not our failure.
                 raise ToolError(f"{exc} (the image was built by the program)") from None
@@ -120,6 +143,8 @@ class ToolHost:
             raise ToolError(f"unknown image {str(ref)[:40]!r}: use the image you were given or ImagePatch crops of it")
 
     def _enqueue(self, call: ToolCall, future: asyncio.Future) -> None:
+        if call.image is not None:
+            self.images.pin(call.image)  # a program image stays until its call is done (`_run_pinned`)
         queue = self._queues.setdefault(call.tool, [])
         queue.append((call, future))
         if len(queue) >= self.max_batch_size:
@@ -134,7 +159,15 @@ class ToolHost:
             timer.cancel()
         items = self._queues.pop(tool, [])
         if items:
-            asyncio.get_running_loop().create_task(self._run_batch(tool, items))
+            asyncio.get_running_loop().create_task(self._run_pinned(tool, items))
+
+    async def _run_pinned(self, tool: str, items: list[tuple[ToolCall, asyncio.Future]]) -> None:
+        try:
+            await self._run_batch(tool, items)
+        finally:
+            for call, _ in items:
+                if call.image is not None:
+                    self.images.unpin(call.image)
 
     async def _run_batch(self, tool: str, items: list[tuple[ToolCall, asyncio.Future]]) -> None:
         self._counts["batches"] += 1
@@ -192,8 +225,11 @@ class ToolHost:
         arr = np.ascontiguousarray(arr, dtype=np.uint8)
         return {"shape": [int(arr.shape[0]), int(arr.shape[1])], "data": base64.b64encode(arr.tobytes()).decode()}
 
-    def register(self, shape: Any, data: Any) -> list[Any]:
-        """Make pixels a program built into a tool-visible image; returns `[ref, width, height]`."""
+    def register(self, shape: Any, data: Any, owner: Hashable | None = None) -> list[Any]:
+        """Make pixels a program built into a tool-visible image; returns `[ref, width, height]`.
+
+        The image is kept while `owner` (the program's task) holds it: `release(owner)` when the
+        program is done. Without an owner it is kept until the store's cap on program images."""
         self._counts["registered"] += 1
         if not (isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v > 0 for v in shape)):
             raise ToolError(f"register: shape must be [height, width], got {str(shape)[:MAX_TEXT]}")
@@ -208,9 +244,51 @@ class ToolHost:
             raise ToolError("register: pixel data is not valid base64") from None
         if len(raw) != height * width * 3:
             raise ToolError(f"register: expected {height * width * 3} bytes of pixels, got {len(raw)}")
-        info = self.images.add_array(np.frombuffer(raw, dtype=np.uint8).reshape(height, width, 3).copy())
-        self._program_images.add(info.ref)
+        info = self._add_program_image(np.frombuffer(raw, dtype=np.uint8).reshape(height, width, 3).copy(), owner)
         return [info.ref, info.width, info.height]
+
+    def register_array(self, pixels: np.ndarray, owner: Hashable | None = None) -> ImageInfo:
+        """`register` for an (H, W, 3) uint8 array already in this process (sandbox: none)."""
+        self._counts["registered"] += 1
+        return self._add_program_image(pixels, owner)
+
+    def _add_program_image(self, pixels: np.ndarray, owner: Hashable | None) -> ImageInfo:
+        if owner is not None and self.images.owned_bytes(owner) + pixels.nbytes > self.max_program_image_bytes:
+            raise ToolError(
+                f"register: a program may hold at most {self.max_program_image_bytes >> 20} MiB of images it built"
+            )
+        return self.images.add_array(pixels, owner=owner if owner is not None else _UNOWNED)
+
+    def release(self, owner: Hashable) -> int:
+        """The program `owner` is done: forget the images only it built. Returns how many went."""
+        evicted = self.images.release(owner)
+        self._counts["images_evicted"] += len(evicted)
+        return len(evicted)
+
+    # -- videos ----------------------------------------------------------------------------------
+    def add_video(
+        self, path: str | Path, num_frames: int | None = None, video_id: str | None = None
+    ) -> list[ImageInfo]:
+        """Frames of a video as dataset images, `num_frames` of them evenly spaced (default: every
+        frame, at most MAX_VIDEO_FRAMES). `path` is a video file (decoded with OpenCV) or a
+        directory of frame images taken in name order. Frame `i` of the video gets the image id
+        `f"{video_id}#{i}"` (video_id defaults to the file or directory name), so annotation
+        backends can key scenes per frame. Decoded once per (path, num_frames)."""
+        path = Path(path)
+        key = (str(path), num_frames)
+        if key not in self._videos:
+            if not path.exists():
+                raise FileNotFoundError(f"video {path} does not exist")
+            if num_frames is not None and (
+                isinstance(num_frames, bool) or not isinstance(num_frames, int) or num_frames < 1
+            ):
+                raise ValueError(f"num_frames must be a positive integer, got {num_frames!r}")
+            frames = _read_frames(path, num_frames)
+            if not frames:
+                raise ValueError(f"video {path} has no frames")
+            vid = video_id or (path.name if path.is_dir() else path.stem)
+            self._videos[key] = [self.images.add_array(pixels, image_id=f"{vid}#{i}") for i, pixels in frames]
+        return self._videos[key]
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def metrics(self) -> dict[str, Any]:
@@ -224,6 +302,7 @@ class ToolHost:
         out["latency_ms_p50"] = 1000 * statistics.median(lat) if lat else 0.0
         out["latency_ms_p99"] = 1000 * lat[min(int(0.99 * len(lat)), len(lat) - 1)] if lat else 0.0
         out["cache_entries"] = len(self._cache)
+        out["images"] = len(self.images)
         return out
 
     def close(self) -> None:
@@ -232,6 +311,43 @@ class ToolHost:
         # A hung backend call must not block shutdown: its thread is abandoned.
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._io_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _frame_indices(total: int, num_frames: int | None) -> list[int]:
+    want = min(total, num_frames or MAX_VIDEO_FRAMES)
+    return sorted({int(round(i)) for i in np.linspace(0, total - 1, num=want)}) if total else []
+
+
+def _read_frames(path: Path, num_frames: int | None) -> list[tuple[int, np.ndarray]]:
+    """`[(index in the video, (H, W, 3) uint8 RGB)]` of the sampled frames."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
+        return [(i, np.ascontiguousarray(load_rgb(files[i]))) for i in _frame_indices(len(files), num_frames)]
+    import cv2  # only the tool host decodes videos; the sandbox never sees this module
+
+    capture = cv2.VideoCapture(str(path))
+    try:
+        if not capture.isOpened():
+            raise ValueError(f"OpenCV cannot open the video {path}")
+        total = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        if total <= 0:  # some containers do not say: count by decoding, then start again
+            while capture.grab():
+                total += 1
+            capture.release()
+            capture = cv2.VideoCapture(str(path))
+        wanted = _frame_indices(total, num_frames)
+        frames, index = [], 0
+        for target in wanted:
+            while index <= target:
+                if not capture.grab():
+                    return frames  # the container promised more frames than it has
+                index += 1
+            ok, bgr = capture.retrieve()
+            if ok:
+                frames.append((target, np.ascontiguousarray(bgr[:, :, ::-1])))
+        return frames
+    finally:
+        capture.release()
 
 
 def _resolve(future: asyncio.Future, result: Any = None, exc: BaseException | None = None) -> None:

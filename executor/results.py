@@ -49,6 +49,9 @@ class ExecutionResult:
     duration_s: float = 0.0
     tool_calls: tuple[ToolCallRecord, ...] = field(default_factory=tuple)
     stdout: str = ""
+    # Seconds the program spent waiting on the tool host (part of duration_s, not of its budget).
+    # Rows written before this field existed read back as 0.0.
+    rpc_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

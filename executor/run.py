@@ -97,8 +97,23 @@ async def run(args: argparse.Namespace) -> Counter:
     statuses = Counter(r.status for r in results)
     print(f"wrote {len(results)} results to {args.out}")
     print("statuses: " + ", ".join(f"{s}={n}" for s, n in statuses.most_common()))
+    print(time_summary(results))
     print("tool host: " + json.dumps(host.metrics(), default=str))
     return statuses
+
+
+def time_summary(results) -> str:
+    """Median time per program, and how much of it was spent waiting on the tool host."""
+    if not results:
+        return "time: no programs"
+    durations = sorted(r.duration_s for r in results)
+    waits = sorted(r.rpc_wait_s for r in results)
+    total, waited = sum(durations), sum(waits)
+    share = f" ({100 * waited / total:.0f}% of program time)" if total > 0 else ""
+    return (
+        f"time: median {1000 * durations[len(durations) // 2]:.1f} ms per program; "
+        f"waiting on the tool host: median {1000 * waits[len(waits) // 2]:.1f} ms, total {waited:.2f} s{share}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import os
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -27,7 +29,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from data.records import Example
-from executor.api import SourceImage
+from executor.api import SourceImage, Video
 from executor.host import ToolHost
 from executor.program import program_key, run_in_process
 from executor.results import ExecutionResult, ToolCallRecord
@@ -37,6 +39,7 @@ from executor.sandbox.probe import LAYERS
 from executor.tools.base import ImageInfo, ToolCall, ToolError, ToolUnavailable, short_result
 
 SANDBOX_MODES = ("full", "none")
+SPAWN_MODES = ("clone", "fork")
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,16 @@ class RunnerConfig:
     limits: Limits = field(default_factory=Limits)
     require_layers: tuple[str, ...] = LAYERS
     memo_size: int = 50_000
+    # How a sandbox is started (same layers either way; see executor/sandbox/child.py): "clone" = one
+    # clone(2) into the new namespaces and a per-slot empty network namespace (fast); "fork" = the
+    # original fork + unshare + fork with a fresh network namespace per program.
+    spawn: str = "clone"
 
     def __post_init__(self) -> None:
         if self.sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox must be one of {SANDBOX_MODES}, got {self.sandbox!r}")
+        if self.spawn not in SPAWN_MODES:
+            raise ValueError(f"spawn must be one of {SPAWN_MODES}, got {self.spawn!r}")
         if self.slots < 1:
             raise ValueError(f"slots must be >= 1, got {self.slots}")
 
@@ -66,6 +75,8 @@ class _TaskState:
     rpcs: int = 0
     rpc_limit: bool = False
     infra: str | None = None
+    rpc_wait: float = 0.0  # sandbox: none only (the supervisor measures it otherwise)
+    owner: object = field(default_factory=object)  # holds the images this program registers
 
 
 class BatchRunner:
@@ -96,7 +107,7 @@ class BatchRunner:
             self._local_lock = asyncio.Lock()
         else:
             self.supervisor = await SupervisorConnection.start(
-                self.config.slots, self.config.limits, self.config.require_layers
+                self.config.slots, self.config.limits, self.config.require_layers, spawn=self.config.spawn
             )
             self._reader = asyncio.get_running_loop().create_task(self._read_loop())
         return self
@@ -144,10 +155,11 @@ class BatchRunner:
         loop = asyncio.get_running_loop()
         pkey = program_key(source)
         try:
-            image = self._image(example)
+            visual_ref, inputs = self._inputs(example)
         except (OSError, ValueError) as exc:
-            return _resolved(loop, ExecutionResult(example.id, pkey, "infra_error", error=f"image: {exc}"[:500]))
-        key = (example.id, image.ref, pkey)
+            what = "video" if example.task == "video_qa" else "image"
+            return _resolved(loop, ExecutionResult(example.id, pkey, "infra_error", error=f"{what}: {exc}"[:500]))
+        key = (example.id, visual_ref, pkey)
         if key in self._memo:
             self._memo.move_to_end(key)
             return _resolved(loop, self._memo[key])
@@ -160,13 +172,30 @@ class BatchRunner:
         self._inflight[key] = future
         future.add_done_callback(lambda f, key=key: self._remember(key, f))
         state = _TaskState(example.id, pkey, future)
-        inputs = {"image": SourceImage(image.ref, image.width, image.height)}
         loop.create_task(self._execute(state, source, inputs))
         return future
 
+    def _inputs(self, example: Example) -> tuple[str, dict[str, Any]]:
+        """`(content key of the visual input, the program's inputs)`; never the answers.
+
+        Images: `{"image": SourceImage}`. Videos (`video_qa`): `example.image` is a video file or
+        a directory of frames, `meta["num_frames"]` optionally sets how many evenly spaced frames
+        the program gets, `meta["possible_answers"]` (or `"options"`) the choices; the inputs are
+        `{"video": Video, "question": query, "possible_answers": [...]}` (the NExT-QA signature).
+        """
+        if example.task != "video_qa":
+            image = self._image(example)
+            return image.ref, {"image": SourceImage(image.ref, image.width, image.height)}
+        meta = example.meta if isinstance(example.meta, dict) else {}
+        frames = self.host.add_video(example.image, meta.get("num_frames"), meta.get("videoId"))
+        options = meta.get("possible_answers", meta.get("options", []))
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            raise ValueError(f"example {example.id}: meta possible_answers must be a list of strings")
+        video = Video([SourceImage(f.ref, f.width, f.height) for f in frames])
+        key = "video:" + hashlib.sha1(" ".join(f.ref for f in frames).encode()).hexdigest()[:20]
+        return key, {"video": video, "question": example.query, "possible_answers": list(options)}
+
     def _image(self, example: Example) -> ImageInfo:
-        if example.task == "video_qa":
-            raise ValueError("video examples are not supported by the batch runner yet")
         image_id = example.meta.get("imageId") if isinstance(example.meta, dict) else None
         cache_key = (example.image, image_id)
         if cache_key not in self._images:
@@ -258,7 +287,9 @@ class BatchRunner:
             if method == "pixels":
                 return {"ok": await self.host.pixels(str(request.get("image")))}
             if method == "register":
-                return {"ok": self.host.register(request.get("shape"), request.get("data"))}
+                if state.future.done():  # its images were already released; do not leak a new one
+                    return {"error": "ToolError", "message": "the program has finished"}
+                return {"ok": self.host.register(request.get("shape"), request.get("data"), owner=state.owner)}
             return {"error": "ToolError", "message": f"unknown request {str(method)[:40]!r}"}
         except ToolError as exc:
             return {"error": "ToolError", "message": str(exc)[:500]}
@@ -291,8 +322,10 @@ class BatchRunner:
             duration_s=float(frame.get("duration_s", 0.0)),
             tool_calls=tuple(state.trace),
             stdout=frame.get("stdout", ""),
+            rpc_wait_s=float(frame.get("rpc_wait_s", 0.0)),
         )
         state.future.set_result(result)
+        self.host.release(state.owner)  # the images the program built are not needed any more
 
     def _fail_all(self, message: str) -> None:
         for task_id in list(self._tasks):
@@ -312,6 +345,7 @@ class BatchRunner:
                 "error": outcome.error,
                 "stdout": stdout,
                 "duration_s": seconds,
+                "rpc_wait_s": state.rpc_wait,
             },
         )
 
@@ -323,7 +357,9 @@ class _BridgeClient:
         self.runner, self.state, self.loop = runner, state, loop
 
     def _ask(self, request: dict[str, Any]) -> Any:
+        t0 = time.perf_counter()
         reply = asyncio.run_coroutine_threadsafe(self.runner._answer(self.state, request), self.loop).result()
+        self.state.rpc_wait += time.perf_counter() - t0
         if "ok" in reply:
             return reply["ok"]
         if reply["error"] == "ToolError":
@@ -339,7 +375,7 @@ class _BridgeClient:
         return self.runner.host.images.get(image).load_pixels()
 
     def register_pixels(self, pixels):
-        info = self.runner.host.images.add_array(pixels)
+        info = self.runner.host.register_array(pixels, owner=self.state.owner)
         return info.ref, info.width, info.height
 
 

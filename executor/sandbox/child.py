@@ -1,15 +1,27 @@
 """Inside a sandbox: the isolation set-up after fork, the RPC client, and the one result frame.
 
-Process tree of one program (all forked, never exec'd, from the lean supervisor):
+Process tree of one program (all forked, never exec'd, from the lean supervisor), spawn "clone"
+(the default):
+
+    supervisor ── init: clone(2) into new pid/mount/ipc/uts namespaces, so directly PID 1 of its
+                   │    own pid namespace; joins an empty network namespace of the pool (netns.py);
+                   │    PDEATHSIG, setsid, chroot into an empty dir; reaps
+                   └─ program, PID 2: made ahead of its task (a spare), waits as root with nothing
+                        of ours for one task frame, then rlimits, per-slot uid, PDEATHSIG re-armed,
+                        NO_NEW_PRIVS, "ready", the program
+
+spawn "fork" (the original path, kept as a fallback; one more process and a fresh network
+namespace per program, made when the task is already known):
 
     supervisor ── outer (setsid, PDEATHSIG, unshare net/mount/ipc/uts/pid)
                     └─ init, PID 1 of the new namespace (chroot into an empty dir; reaps)
-                         └─ program, PID 2 (rlimits, per-slot uid, PDEATHSIG re-armed, NO_NEW_PRIVS)
+                         └─ program, PID 2 (as above)
 
-Killing `outer` kills `init` (PDEATHSIG) and the death of a namespace's init makes the kernel kill
-every process left in it, `setsid` daemons included. Descriptors are moved to fixed numbers and
-everything else is closed *right after fork*: without exec, O_CLOEXEC protects nothing, and an
-inherited sibling channel would let a program forge another program's result.
+The supervisor kills `init` (or `outer`, whose death kills `init` by PDEATHSIG), and the death of
+a namespace's init makes the kernel kill every process left in it, `setsid` daemons included.
+Descriptors are moved to fixed numbers and everything else is closed *right after fork*: without
+exec, O_CLOEXEC protects nothing, and an inherited sibling channel would let a program forge
+another program's result.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from executor.api import SourceImage, bind_client
+from executor.api import SourceImage, Video, bind_client
 from executor.program import execute_program
 from executor.sandbox import framing, syscalls
 from executor.tools.base import ToolError, ToolUnavailable
@@ -40,6 +52,7 @@ TO_SUPERVISOR_FD = 3  # frames the program side sends (rpc requests, the result)
 FROM_SUPERVISOR_FD = 4  # rpc replies
 SANDBOX_UID_BASE = 60000
 MAX_PIXELS = 4096 * 4096 * 3  # bytes of one image a program may build and register
+MAX_TASK = 256 << 20  # bytes of the task frame a spare receives (the supervisor's own cap on runner frames)
 
 # Captured before any program runs: a program may rebind builtins for everyone in its process.
 _exit = os._exit
@@ -126,6 +139,51 @@ def start_sandbox(
     _run(task, limits)
 
 
+def start_init(
+    slot: int,
+    fds: tuple[int, int, int],
+    root: str,
+    limits: Limits,
+    enter_network,
+    forget,
+) -> None:
+    """Spawn "clone": runs in the child of `syscalls.fork_into_namespaces`, already PID 1 of fresh
+    pid/mount/ipc/uts namespaces; never returns. `enter_network()` joins the network namespace
+    the supervisor picked (it needs a descriptor that `_fixed_descriptors` closes, so it goes first).
+
+    The sandbox is made before its program is known (a spare, see supervisor.py): the program
+    process waits, still root but already chrooted and holding nothing of the supervisor's state,
+    for one task frame on its reply pipe; only then does it drop to the slot's uid and limits and
+    say "ready".
+
+    `getppid()` is 0 here (the supervisor is outside the pid namespace), so the "supervisor died
+    before PDEATHSIG was armed" race cannot be checked by pid; it is harmless instead: such an
+    orphan reads end-of-file where its task should be and exits before any program code runs.
+    """
+    try:
+        signal.set_wakeup_fd(-1)  # the supervisor's wake-up descriptor may share a number with our channel
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        syscalls.set_pdeathsig(signal.SIGKILL)
+        enter_network()
+        _fixed_descriptors(*fds)
+        os.setsid()
+        os.chroot(root)
+        os.chdir("/")
+        program = os.fork()
+        if program:
+            _close_channel()
+            _exit(_wait_exit_code(program, reap_all=True))
+        # PID 2: the program.
+        forget()
+        _settle()
+        _warm_up(limits)
+        task = framing.recv_blocking(FROM_SUPERVISOR_FD, MAX_TASK)
+        _limit_and_become(slot, task["timeout"], limits)
+    except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
+        _exit(1)
+    _run(task, limits)
+
+
 def _fixed_descriptors(out_w: int, req_w: int, rep_r: int) -> None:
     # Move our ends above the fixed range first, so dup2 into 0..4 cannot clobber one of them.
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (out_w, req_w, rep_r)]
@@ -154,6 +212,19 @@ def _wait_exit_code(pid: int, reap_all: bool = False) -> int:
 
 
 def _drop_privileges(slot: int, timeout: float, limits: Limits) -> None:
+    _settle()
+    _limit_and_become(slot, timeout, limits)
+
+
+def _settle() -> None:
+    """The part of dropping privileges that does not depend on the task (a spare does it early)."""
+    syscalls.set_no_new_privs()
+    os.environ.clear()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _limit_and_become(slot: int, timeout: float, limits: Limits) -> None:
     cpu = math.ceil(timeout) + 1  # a backstop only: the supervisor enforces the wall deadline
     settings = {
         resource.RLIMIT_AS: limits.memory_mb << 20,
@@ -172,10 +243,33 @@ def _drop_privileges(slot: int, timeout: float, limits: Limits) -> None:
     os.setuid(uid)
     # setuid() clears PDEATHSIG (the kernel resets it on a credential change): arm it again.
     syscalls.set_pdeathsig(signal.SIGKILL)
-    syscalls.set_no_new_privs()
-    os.environ.clear()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+
+
+WARM_UP = "def execute_command(image):\n    return [ImagePatch(image).width, 'a', 0.5, None, True, {'k': 1}]\n"
+
+
+class _Refuse:
+    def call(self, tool, image, box, args):
+        raise ToolUnavailable("warm-up")
+
+    def pixels(self, image):
+        raise ToolUnavailable("warm-up")
+
+    def register_pixels(self, pixels):
+        raise ToolUnavailable("warm-up")
+
+
+def _warm_up(limits: Limits) -> None:
+    """In a spare, while it waits: run a constant program of ours through the same path a task
+    takes, so the memory pages that path writes (reference counts of the interpreter's and the
+    API's objects) are copied from the supervisor now, not on the clock of the next program.
+    It runs no input of anyone's and leaves nothing behind but those private pages."""
+    out = io.TextIOWrapper(io.FileIO(STDOUT_FD, "w", closefd=False), encoding="utf-8", errors="replace")
+    ChannelClient(limits.max_reply)
+    with bind_client(_Refuse()):
+        outcome = execute_program(WARM_UP, {"image": SourceImage("0" * 20, 8, 8)})
+    framing.encode({"op": "result", "status": outcome.status, "answer": outcome.answer, "error": outcome.error})
+    del out  # not flushed: nothing was written
 
 
 def _run(task: dict[str, Any], limits: Limits) -> None:
@@ -203,11 +297,14 @@ def _run(task: dict[str, Any], limits: Limits) -> None:
 
 
 def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Inputs as JSON: a `SourceImage` becomes a tagged handle (ref and size, never pixels)."""
+    """Inputs as JSON: a `SourceImage` becomes a tagged handle (ref and size, never pixels), a
+    `Video` a tagged list of them."""
     out = {}
     for name, value in inputs.items():
         if isinstance(value, SourceImage):
             out[name] = {"__source_image__": [value.ref, value.width, value.height]}
+        elif isinstance(value, Video):
+            out[name] = {"__video__": [[f.ref, f.width, f.height] for f in value.frames]}
         else:
             out[name] = value
     return out
@@ -219,6 +316,8 @@ def decode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
         if _isinstance(value, _dict) and "__source_image__" in value:
             ref, width, height = value["__source_image__"]
             out[name] = SourceImage(ref, width, height)
+        elif _isinstance(value, _dict) and "__video__" in value:
+            out[name] = Video([SourceImage(ref, width, height) for ref, width, height in value["__video__"]])
         else:
             out[name] = value
     return out

@@ -44,10 +44,16 @@ class SupervisorConnection:
         self.layers: dict[str, str] = hello["layers"]
         self.pid: int = hello["pid"]
         self.root: str = hello["root"]
+        self.spawn: str = hello.get("spawn", "fork")
 
     @classmethod
     async def start(
-        cls, slots: int, limits: Limits, require_layers: tuple[str, ...] = LAYERS, startup_timeout: float = 60.0
+        cls,
+        slots: int,
+        limits: Limits,
+        require_layers: tuple[str, ...] = LAYERS,
+        startup_timeout: float = 60.0,
+        spawn: str = "clone",
     ) -> SupervisorConnection:
         ours, theirs = socket.socketpair()
         try:
@@ -62,7 +68,9 @@ class SupervisorConnection:
             theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=1 << 20)
         writer.write(
-            framing.encode({"slots": slots, "limits": limits.to_json(), "require_layers": list(require_layers)})
+            framing.encode(
+                {"slots": slots, "limits": limits.to_json(), "require_layers": list(require_layers), "spawn": spawn}
+            )
         )
         await writer.drain()
         try:

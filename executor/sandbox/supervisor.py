@@ -10,6 +10,14 @@ calls to the runner (pausing the program's clock while one is in flight), enforc
 deadlines with SIGKILL, caps output and result sizes, reaps every process (it is a child
 subreaper), and reports exactly one `done` frame per task. Accounting is done here, never taken
 from what a sandbox says; nothing a sandbox sends is ever executed or unpickled.
+
+Spawn "clone" (the default) keeps one *spare* per slot: a sandbox made ahead of time, set up up
+to the point where it waits, as root with nothing of ours in hand, for its task on its reply pipe
+(child.start_init). A task is handed to the slot's spare the moment the slot frees up, so making
+the next sandbox overlaps the current program instead of following it. A spare is still one fresh
+process tree per program (never reused). Slots free up when their task ends; the namespaces of a
+finished tree are released when it is reaped (netns.py says why network namespaces are pooled
+and when one may be reused).
 """
 
 from __future__ import annotations
@@ -23,19 +31,22 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import contextlib  # noqa: E402
 import errno  # noqa: E402
+import gc  # noqa: E402
 import importlib  # noqa: E402
 import selectors  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import deque  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 from executor.program import BadReturn, to_plain  # noqa: E402
 from executor.sandbox import framing, syscalls  # noqa: E402
-from executor.sandbox.child import Limits, start_sandbox  # noqa: E402
+from executor.sandbox.child import Limits  # noqa: E402
+from executor.sandbox.netns import SlotNetworks  # noqa: E402
+from executor.sandbox.outcome import classify_exit, clean, clean_text  # noqa: E402
 from executor.sandbox.probe import LAYERS, explain_missing, missing_layers, probe_layers  # noqa: E402
+from executor.sandbox.spawning import SPARE, SPAWN_MODES, Spawning, Task, check_clone  # noqa: E402
 
 # What programs may import: inside the empty chroot only modules already loaded can be imported.
 PRELOAD = (
@@ -50,33 +61,28 @@ HOST_MAX_FRAME = 256 << 20
 ROOT_PREFIX = "vprl-sandbox-root-"  # + supervisor pid: an empty, read-only directory to chroot into
 CHILD_STATUSES = frozenset({"ok", "syntax_error", "runtime_error", "bad_return", "memory_limit", "infra_error"})
 RPC_METHODS = frozenset({"call", "pixels", "register"})
+NETNS_PER_SLOT = 3
 
 
-@dataclass
-class Task:
-    id: int
-    source: str
-    inputs: dict[str, Any]
-    timeout: float
-    rpc_timeout: float
-    slot: int = -1
-    pid: int = 0
-    started: float = 0.0
-    fds: dict[str, int] = field(default_factory=dict)  # out, req (we read), rep (we write)
-    reader: framing.FrameReader | None = None
-    stdout: bytearray = field(default_factory=bytearray)
-    out_bytes: int = 0
-    ready: bool = False
-    rpc_since: float | None = None
-    rpc_wait: float = 0.0
-    wbuf: bytearray = field(default_factory=bytearray)
-    finished: bool = False
-
-
-class Supervisor:
-    def __init__(self, host_fd: int, slots: int, limits: Limits) -> None:
+class Supervisor(Spawning):
+    def __init__(self, host_fd: int, slots: int, limits: Limits, spawn: str = "clone") -> None:
+        if spawn not in SPAWN_MODES:
+            raise ValueError(f"spawn must be one of {SPAWN_MODES}, got {spawn!r}")
         self.host_fd = host_fd
         self.limits = limits
+        self.spawn = spawn
+        self.networks = None
+        self.free_netns: list[int] = []
+        if spawn == "clone":
+            check_clone()
+            # Three per slot: the slot's running tree, its spare, and a finished tree still being torn
+            # down (its namespace comes back when it is reaped; with only two, the next spare waits
+            # for that, and under load a task often found no spare ready).
+            self.networks = SlotNetworks(NETNS_PER_SLOT * slots)
+            self.free_netns = list(range(NETNS_PER_SLOT * slots))
+        self.spares: dict[int, Task] = {}  # slot -> its spare
+        self.spare_failures = 0
+        self.n_slots = slots
         self.free_slots = list(range(slots))
         self.queue: deque[Task] = deque()
         self.tasks: dict[int, Task] = {}  # started, not yet reaped
@@ -100,11 +106,17 @@ class Supervisor:
     def serve(self) -> None:
         try:
             while not self.closing:
-                for key, mask in self.sel.select(self._select_timeout()):
+                # A spare is made only when nothing else is waiting: forking blocks this loop for
+                # about a millisecond, and a result that arrives meanwhile would be charged for it.
+                wanted = self._spare_wanted()
+                events = self.sel.select(0.0 if wanted is not None else self._select_timeout())
+                for key, mask in events:
                     key.data(key.fd, mask)
                 self._reap()
                 self._check_deadlines()
                 self._start_queued()
+                if not events and wanted is not None and wanted == self._spare_wanted():
+                    self._make_spare(wanted)
         finally:
             self._shutdown()
 
@@ -190,46 +202,6 @@ class Supervisor:
         elif not events and registered:
             self.sel.unregister(fd)
 
-    # -- starting a sandbox ----------------------------------------------------------------------
-    def _start_queued(self) -> None:
-        while self.queue and self.free_slots and not self.closing:
-            task = self.queue.popleft()
-            task.slot = self.free_slots.pop()
-            try:
-                self._fork(task)
-            except OSError as exc:
-                self.free_slots.append(task.slot)
-                self._report(task, "infra_error", f"sandbox fork failed: {exc}")
-
-    def _fork(self, task: Task) -> None:
-        out_r, out_w = os.pipe()
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        payload = {"source": task.source, "inputs": task.inputs, "timeout": task.timeout}
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child never returns
-            start_sandbox(task.slot, payload, (out_w, req_w, rep_r), self.root, self.limits, self.pid, self._forget)
-            os._exit(1)
-        for fd in (out_w, req_w, rep_r):
-            os.close(fd)
-        for fd in (out_r, req_r, rep_w):
-            os.set_blocking(fd, False)
-        task.pid, task.started = pid, time.monotonic()
-        task.fds = {"out": out_r, "req": req_r, "rep": rep_w}
-        task.reader = framing.FrameReader(self.limits.max_request)
-        task.source = ""  # the child has its copy; keep the supervisor's memory small
-        self.tasks[task.id] = task
-        self.by_pid[pid] = task
-        self.sel.register(out_r, selectors.EVENT_READ, lambda fd, mask, t=task: self._on_output(t))
-        self.sel.register(req_r, selectors.EVENT_READ, lambda fd, mask, t=task: self._on_request(t))
-
-    def _forget(self) -> None:
-        """In a sandbox: drop the supervisor's state from the copied memory before the program runs."""
-        self.queue.clear()
-        self.tasks.clear()
-        self.by_pid.clear()
-        self.host_reader = framing.FrameReader(0)
-
     # -- a sandbox's channels --------------------------------------------------------------------
     def _on_output(self, task: Task) -> None:
         if "out" not in task.fds:  # closed earlier in this same select round
@@ -271,8 +243,9 @@ class Supervisor:
     def _on_frame(self, task: Task, frame: Any) -> None:
         op = frame.get("op") if isinstance(frame, dict) else None
         if not task.ready:
-            if op == "ready":
+            if op == "ready" and task.id != SPARE:
                 task.ready = True
+                self.spare_failures = 0
             else:
                 self._finish(task, "infra_error", f"sandbox sent {op!r} before it was ready")
             return
@@ -333,6 +306,14 @@ class Supervisor:
         for name in list(task.fds):
             self._close_fd(task, name)
         task.wbuf.clear()
+        if task.id == SPARE:  # a spare misbehaved before it had a task (or we shut down): nothing to report
+            if self.spares.get(task.slot) is task:
+                del self.spares[task.slot]
+            return
+        if self.spawn == "clone":
+            # Its tree is SIGKILLed: the slot's next program may start in the slot's spare now; this
+            # tree's network namespace comes back only when the tree is reaped.
+            self.free_slots.append(task.slot)
         self._report(task, status, error, answer, from_program)
 
     def _on_output_drain(self, task: Task) -> None:
@@ -372,15 +353,27 @@ class Supervisor:
             task = self.by_pid.pop(pid, None)
             if task is None:
                 continue  # an orphaned namespace init handed to us as subreaper
+            if task.id == SPARE:
+                if self.spares.get(task.slot) is task:
+                    del self.spares[task.slot]
+                if not self.closing:
+                    self.spare_failures += 1
             if not task.finished:
                 if "req" in task.fds:  # a result may still sit in the pipe
                     self._on_request(task)
                 if not task.finished:
                     self._finish(task, *classify_exit(os.waitstatus_to_exitcode(status), task.ready))
-            self.tasks.pop(task.id, None)
-            self.free_slots.append(task.slot)
+            if task.netns >= 0:
+                self.free_netns.append(task.netns)
+            if task.id != SPARE:
+                self.tasks.pop(task.id, None)
+                if self.spawn == "fork":
+                    self.free_slots.append(task.slot)
 
     def _shutdown(self) -> None:
+        self.closing = True
+        for spare in list(self.spares.values()):
+            self._finish(spare, "infra_error")
         for task in list(self.tasks.values()):
             if not task.finished:
                 self._finish(task, "infra_error", "the executor shut down")
@@ -388,6 +381,8 @@ class Supervisor:
         while self.by_pid and time.monotonic() < deadline:
             self._reap()
             time.sleep(0.005)
+        if self.networks is not None:
+            self.networks.close()
         try:
             os.rmdir(self.root)
         except OSError as exc:
@@ -405,34 +400,6 @@ def remove_stale_roots() -> None:
                     os.rmdir(os.path.join(folder, name))
 
 
-def classify_exit(code: int, ready: bool) -> tuple[str, str]:
-    """Status of a sandbox that ended without a result, from the outer process's exit code."""
-    if not ready:
-        return "infra_error", f"sandbox set-up failed (exit code {code})"
-    if code > 128 or code < 0:
-        sig = code - 128 if code > 128 else -code
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        if sig == signal.SIGXCPU:
-            return "timeout", "the program used up its CPU time"
-        return "killed", f"the program was killed by {name}"
-    return "killed", f"the program exited (code {code}) without returning a result"
-
-
-def clean_text(s: str) -> str:
-    return s if s.isascii() else s.encode("utf-8", "replace").decode("utf-8")
-
-
-def clean(value: Any) -> Any:
-    """Replace lone surrogates in strings of plain data (they cannot be written as UTF-8)."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [clean(v) for v in value]
-    if isinstance(value, dict):
-        return {clean_text(k): clean(v) for k, v in value.items()}
-    return value
-
-
 def main(argv: list[str]) -> int:
     host_fd = int(argv[1])
     syscalls.set_pdeathsig(signal.SIGKILL)  # the runner died: so do we, and with us every sandbox
@@ -447,8 +414,19 @@ def main(argv: list[str]) -> int:
     if missing_layers(layers, required):
         framing.send_blocking(host_fd, {"op": "fatal", "message": explain_missing(layers, required)})
         return 2
-    supervisor = Supervisor(host_fd, int(config["slots"]), limits)
-    framing.send_blocking(host_fd, {"op": "hello", "pid": os.getpid(), "layers": layers, "root": supervisor.root})
+    slots, spawn = int(config["slots"]), str(config.get("spawn", "clone"))
+    try:
+        supervisor = Supervisor(host_fd, slots, limits, spawn)
+    except OSError as exc:
+        if spawn != "clone":
+            raise
+        print(f"supervisor: spawn 'clone' is not available ({exc}); falling back to 'fork'", file=sys.stderr)
+        supervisor = Supervisor(host_fd, slots, limits, "fork")
+    # Objects loaded so far are shared with every sandbox; frozen, the collector never walks (and so
+    # never copies on write) their pages in a child.
+    gc.freeze()
+    hello = {"op": "hello", "pid": os.getpid(), "layers": layers, "root": supervisor.root, "spawn": supervisor.spawn}
+    framing.send_blocking(host_fd, hello)
     try:
         supervisor.serve()
     except OSError as exc:

@@ -1,4 +1,4 @@
-"""The few Linux calls Python 3.11's `os` lacks (unshare, prctl), through libc."""
+"""The few Linux calls Python 3.11's `os` lacks (unshare, setns, prctl, clone with flags), through libc."""
 
 from __future__ import annotations
 
@@ -24,9 +24,20 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39
 
+SIGCHLD = 17
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _unshare = _libc.unshare
 _unshare.argtypes = [ctypes.c_int]
+_setns = _libc.setns
+_setns.argtypes = [ctypes.c_int, ctypes.c_int]
+# `syscall` through PyDLL keeps the GIL held across the call, exactly like `os.fork` does around
+# fork(): the child must not start life with the interpreter lock in a half-released state.
+_syscall = ctypes.PyDLL(None, use_errno=True).syscall
+_syscall.restype = ctypes.c_long
+_before_fork = ctypes.pythonapi.PyOS_BeforeFork
+_after_fork_child = ctypes.pythonapi.PyOS_AfterFork_Child
+_after_fork_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
 _prctl = _libc.prctl
 _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
@@ -40,6 +51,45 @@ def _check(rc: int, what: str) -> int:
 
 def unshare(flags: int) -> None:
     _check(_unshare(flags), f"unshare({flags:#x})")
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(_setns(fd, nstype), f"setns({fd}, {nstype:#x})")
+
+
+def _clone_syscall_number() -> int:
+    machine = os.uname().machine
+    if machine == "x86_64":
+        return 56
+    if machine in ("aarch64", "riscv64", "loongarch64"):
+        return 220
+    raise OSError(f"clone with namespace flags is not wired for {machine}; use spawn 'fork'")
+
+
+def fork_into_namespaces(flags: int) -> int:
+    """`os.fork()` that also creates the namespaces in `flags` for the child (clone(2) without a new
+    stack, which is what fork is). With CLONE_NEWPID the child is PID 1 of its namespace directly,
+    which saves the extra process `unshare` + fork needs.
+
+    Python's own fork bookkeeping runs around it (`PyOS_BeforeFork` / `PyOS_AfterFork_*`: import
+    lock, GIL, at-fork hooks), as in `os.fork`. glibc's fork handlers do not run: they guard locks
+    that other threads could hold, and the supervisor that calls this is single-threaded. The one
+    piece of glibc state left stale in the child is the cached thread id, which only matters to
+    pthread_kill on another thread of the same process; the child (a namespace's init) only
+    chroots, forks with glibc's fork (which refreshes the cache) and waits.
+    """
+    number = _clone_syscall_number()
+    _before_fork()
+    pid = _syscall(ctypes.c_long(number), ctypes.c_ulong(flags | SIGCHLD), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                   ctypes.c_ulong(0), ctypes.c_ulong(0))  # fmt: skip
+    if pid == 0:
+        _after_fork_child()
+        return 0
+    err = ctypes.get_errno()
+    _after_fork_parent()
+    if pid < 0:
+        raise OSError(err, f"clone({flags:#x}): {os.strerror(err)}")
+    return pid
 
 
 def prctl(option: int, arg: int = 0) -> int:
