@@ -17,7 +17,8 @@ from train.rl_config import ALGORITHMS, parse_rl_config
 from train.rl_trainers import stop_length, zero_variance_groups
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPES = sorted(p for p in (REPO / "configs").glob("*.yaml") if p.name != "quickstart.yaml")
+RECIPES = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.name.startswith("quickstart"))
+QUICKSTARTS = sorted((REPO / "configs").glob("quickstart*.yaml"))
 
 
 def test_there_are_paper_recipes():
@@ -39,6 +40,14 @@ def test_every_recipe_parses(recipe):
     if cfg.algorithm == "grpo":
         assert (cfg.training.temperature, cfg.training.top_p, cfg.training.max_completion_length) == (1.0, 0.9, 320)
         assert cfg.training.use_vllm
+
+
+@pytest.mark.parametrize("recipe", QUICKSTARTS, ids=lambda p: p.stem)
+def test_the_quickstart_recipes_parse_for_a_cpu(recipe):
+    cfg = parse_rl_config(["--config", str(recipe)])
+    assert cfg.algorithm == "grpo" and cfg.training.use_cpu and not cfg.training.bf16
+    assert cfg.prompt.prompt_layout == "bare" and Path(REPO / cfg.executor.tool_stack).is_file()
+    assert len(QUICKSTARTS) == 2
 
 
 @pytest.mark.parametrize("name", ["single_gpu", "ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"])

@@ -1,170 +1,171 @@
 """The main job on the embedded default: `python -m train.quickstart` (what `make quickstart` runs).
 
-It builds the shapes world (cached), runs programs on every task through the sandboxed executor
-with the pixel-only `shapes` tools, scores them with the correctness reward, and reports accuracy
-per task and question family, with a plot. Two program sources are compared:
+On a CPU, with nothing downloaded:
 
-- `gold`: the world's reference program for each question (the ceiling a policy can reach with
-  these tools; the gap to 100% is perception error);
-- `direct`: the end-to-end baseline that hands the question to `simple_query` (VQA) or asks the
-  tools to match the caption (image-text matching) — what a program without composition gets.
-
-Until the RL trainer lands this is the end-to-end run; the RL quickstart replaces the program
-sources with a policy's samples before and after training.
+1. bootstrap the tiny code policy (`train.bootstrap`: a locally trained tokenizer and a 3M-parameter
+   Llama fitted on shapes-world questions paired with gold *and* plausibly wrong programs), cached;
+2. RL with GRPO on the world's training questions (`configs/quickstart.yaml`: LoRA, the sandboxed
+   executor, the pixel-only `shapes` tools, the correctness reward; `--rl_config
+   configs/quickstart_label_free.yaml` trains on the visual unit-test reward alone, without labels);
+3. evaluate the policy before and after RL on a fresh world (`configs/eval/shapes_matrix.yaml`):
+   the training families on new images, the held-out families, image-text matching and grounding;
+4. print accuracy before/after per question family, and where the run, adapter and plots are.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from data.records import Example, write_jsonl
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.tasks import load_shapes_tasks
-from executor.host import ToolHost
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.stack import build_backend
-from rewards.compose import RewardComposer, RewardConfig
-from train.evaluation.fallback import fallback_program
+from data.shapes import BuildConfig, build_dataset
 
 REPO = Path(__file__).resolve().parents[1]
-EVAL_TASKS = ("val", "heldout", "winoground", "sugarcrepe", "refcoco")
 
 
 @dataclass
 class QuickstartConfig:
     out: str = "runs/quickstart"
     seed: int = 0
-    train: int = 200  # training questions generated (unused until RL lands, kept for the cache key)
-    val: int = 300  # evaluation questions per split
-    tools: str = str(REPO / "configs/tools/shapes.yaml")
-    sandbox: str = "full"  # "none" runs programs in-process (debugging only)
-    slots: int = 2
-    timeout_s: float = 5.0
+    policy: str = "runs/tiny_policy"  # built by train.bootstrap when missing (cached by config)
+    rl_config: str = str(REPO / "configs/quickstart.yaml")
+    eval_config: str = str(REPO / "configs/eval/shapes_matrix.yaml")
+    eval_world: str = "runs/shapes_eval"
+    eval_seed: int = 1  # the evaluation world is drawn apart from the training one
+    max_steps: int = 0  # 0: the recipe's
+    skip_bootstrap: bool = False  # use `policy` as it is (any causal LM folder)
 
 
-def direct_program(example: Example) -> str:
-    return fallback_program(example)
-
-
-def ensure_world(cfg: QuickstartConfig) -> Path:
-    root = Path(cfg.out) / "shapes"
-    wanted = {"seed": cfg.seed, "train": cfg.train, "val": cfg.val}
+def ensure_eval_world(cfg: QuickstartConfig) -> Path:
+    root = Path(cfg.eval_world)
+    wanted = {"seed": cfg.eval_seed, "val": 150, "winoground": 40, "sugarcrepe": 8, "refcoco": 50}
     manifest = root / "manifest.json"
     if manifest.is_file():
         have = json.loads(manifest.read_text()).get("config", {})
         if all(have.get(k) == v for k, v in wanted.items()):
-            print(f"shapes world: reusing {root}")
             return root
-    print(f"shapes world: generating {root} (seed {cfg.seed})")
-    build_dataset(BuildConfig(out=str(root), train=cfg.train, val=cfg.val, seed=cfg.seed))
+    print(f"quickstart: generating the evaluation world {root} (seed {cfg.eval_seed})", flush=True)
+    build_dataset(BuildConfig(out=str(root), train=10, **wanted))
     return root
 
 
-def accuracy_table(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """`{task/family: {source: accuracy}}` plus one row per task."""
-    sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        score = r["correctness"] if r["correctness"] is not None else 0.0
-        sums[r["task"]][r["source"]].append(score)
-        sums[f"{r['task']}/{r['group']}"][r["source"]].append(score)
-    return {k: {s: sum(v) / len(v) for s, v in by.items()} for k, by in sorted(sums.items())}
+def family_table(report: dict, datasets: tuple[str, ...] = ("shapes:val", "shapes:heldout")) -> str:
+    """Accuracy before/after RL per question family, one block per dataset."""
+    results = report["results"]
+    before, after = list(results)[:2] if len(results) > 1 else (list(results)[0], None)
+    lines = []
+    for ds in datasets:
+        b = _first_seed(results, before, ds)
+        a = _first_seed(results, after, ds) if after else None
+        if b is None:
+            continue
+        lines.append(f"\n{ds}  ({'training families, new images' if ds.endswith('val') else 'held-out families'})")
+        lines.append(f"  {'family':<24}{'n':>5}{before:>14}{after or '':>14}{'change':>9}")
+        for group, row in b.per_group.items():
+            score_b = _score(row)
+            score_a = _score(a.per_group.get(group, {})) if a else None
+            change = f"{100 * (score_a - score_b):+9.1f}" if score_a is not None else ""
+            a_text = f"{100 * score_a:14.1f}" if score_a is not None else ""
+            lines.append(f"  {group:<24}{int(row.get('n', 0)):>5}{100 * score_b:14.1f}{a_text}{change}")
+        total_b = _headline(b)
+        total_a = _headline(a) if a else None
+        tail = f"{100 * total_a:14.1f}{100 * (total_a - total_b):+9.1f}" if total_a is not None else ""
+        lines.append(f"  {'all':<24}{b.n:>5}{100 * total_b:14.1f}{tail}")
+    return "\n".join(lines)
 
 
-def plot(table: dict[str, dict[str, float]], path: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install 'vprl[plots]')")
+def _first_seed(results, policy, ds):
+    if policy is None:
         return None
-    keys = [k for k in table if "/" in k]
-    sources = sorted({s for v in table.values() for s in v})
-    fig, ax = plt.subplots(figsize=(10, 0.28 * len(keys) + 1.5))
-    height = 0.8 / len(sources)
-    for i, source in enumerate(sources):
-        ax.barh(
-            [j + i * height for j in range(len(keys))],
-            [100 * table[k].get(source, 0) for k in keys],
-            height=height,
-            label=source,
-        )
-    ax.set_yticks([j + 0.4 - height / 2 for j in range(len(keys))], keys, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("accuracy (%)")
-    ax.set_xlim(0, 100)
-    ax.set_title("Shapes world: programs run in the sandbox with the pixel-only shapes tools")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    for mode, by_ds in results[policy].items():
+        if "+fallback" not in mode and ds in by_ds:
+            seeds = by_ds[ds]
+            return seeds[min(seeds)]
+    return None
 
 
-def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+def _score(row: dict) -> float | None:
+    values = [v for k, v in row.items() if k != "n"]
+    return values[0] if values else None
+
+
+def _headline(metrics) -> float:
+    from train.evaluation.metrics import headline_value
+
+    return headline_value(metrics)
+
+
+def main(argv: list[str] | None = None) -> dict:
     from train.config import parse_config
 
-    (cfg,) = parse_config((QuickstartConfig,), argv if argv is not None else sys.argv[1:])
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    root = ensure_world(cfg)
-    tasks = load_shapes_tasks(root, list(EVAL_TASKS))
-    gold = load_gold_programs(root)
-    jobs: list[tuple[str, str, Example, str]] = []  # (task name, source, example, program)
-    for name, examples in tasks.items():
-        for ex in examples:
-            jobs.append((name, "gold", ex, gold[ex.task][ex.query]))
-            jobs.append((name, "direct", ex, direct_program(ex)))
-    backend = build_backend(cfg.tools)
-    runner_cfg = RunnerConfig(slots=cfg.slots, timeout_s=cfg.timeout_s, sandbox=cfg.sandbox)
-    t0 = time.perf_counter()
-    with SyncRunner(ToolHost(backend), runner_cfg) as runner:
-        results = runner.run([(ex, prog) for _, _, ex, prog in jobs], progress=True)
-    seconds = time.perf_counter() - t0
-    batch = RewardComposer(RewardConfig())([j[2] for j in jobs], results, [j[3] for j in jobs])
-    rows = [
-        {
-            "task": name,
-            "source": source,
-            "example_id": ex.id,
-            "group": ex.group,
-            "program": prog,
-            **{k: v for k, v in r.to_json().items() if k != "example_id"},
-            "correctness": batch.components["correctness"][i],
-            "reward": batch.totals[i],
-        }
-        for i, ((name, source, ex, prog), r) in enumerate(zip(jobs, results))
-    ]
-    write_jsonl(out / "results.jsonl", rows)
-    table = accuracy_table(rows)
-    statuses: dict[str, int] = defaultdict(int)
-    for r in results:
-        statuses[r.status] += 1
-    summary = {
-        "config": asdict(cfg),
-        "programs": len(jobs),
-        "seconds": round(seconds, 1),
-        "programs_per_minute": round(60 * len(jobs) / max(seconds, 1e-9)),
-        "statuses": dict(statuses),
-        "accuracy": table,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    png = plot(table, out / "accuracy.png")
-    print(f"\n{'task / family':<42}{'gold':>8}{'direct':>8}")
-    for key, by in table.items():
-        indent = "  " if "/" in key else ""
-        print(f"{indent + key:<42}{100 * by.get('gold', 0):>7.1f}%{100 * by.get('direct', 0):>7.1f}%")
+    (cfg,) = parse_config([QuickstartConfig], argv if argv is not None else sys.argv[1:])
+    started = time.time()
+    os.environ.setdefault("WANDB_MODE", "offline")
+
+    policy = Path(cfg.policy)
+    if not cfg.skip_bootstrap:
+        from train.bootstrap import BootstrapConfig, ensure_tiny_policy
+
+        print("quickstart: 1/3 the tiny policy (train.bootstrap; cached after the first run)", flush=True)
+        policy = ensure_tiny_policy(BootstrapConfig(out=str(policy), seed=cfg.seed))
+    world = policy / "world"
+    if not (world / "manifest.json").is_file():
+        raise SystemExit(f"quickstart: {world} holds no shapes world; build the policy with train.bootstrap")
+    t_policy = time.time()
+
+    print("quickstart: 2/3 RL on the shapes world (GRPO, LoRA, sandboxed executor, shapes tools)", flush=True)
+    from train.rl import main as rl_main
+
+    run_name = Path(cfg.rl_config).stem.replace("quickstart", "rl").strip("_") or "rl"
+    run_dir = Path(cfg.out) / run_name
+    rl_args = [
+        "--config", cfg.rl_config,
+        "--model_name_or_path", str(policy),
+        "--dataset_root", str(world),
+        "--output_dir", str(run_dir),
+        "--seed", str(cfg.seed),
+    ]  # fmt: skip
+    if cfg.max_steps:
+        rl_args += ["--max_steps", str(cfg.max_steps)]
+    adapter = rl_main(rl_args)
+    t_rl = time.time()
+
+    print("quickstart: 3/3 evaluation before and after RL on a fresh world", flush=True)
+    from train.evaluate import EvalConfig, evaluate
+
+    eval_world = ensure_eval_world(cfg)
+    (ecfg,) = parse_config(
+        [EvalConfig],
+        [
+            "--config", cfg.eval_config,
+            "--policy", str(policy),
+            "--base_label", "before_rl",
+            "--adapters", f"after_rl={adapter}",
+            "--shapes_root", str(eval_world),
+            "--out", str(Path(cfg.out) / "eval" / run_name),
+        ],
+    )  # fmt: skip
+    report = evaluate(ecfg)
+    t_eval = time.time()
+
+    from train.evaluation.report import markdown
+
+    print("\n" + markdown(report["results"]).split("## Details")[0])
+    print("Accuracy (%) per question family, greedy, one program per question:")
+    print(family_table(report))
     print(
-        f"\n{len(jobs)} programs in {seconds:.1f}s ({summary['programs_per_minute']}/min), statuses {dict(statuses)}"
+        f"\ntime: policy {t_policy - started:.0f} s, RL {t_rl - t_policy:.0f} s, evaluation {t_eval - t_rl:.0f} s, "
+        f"total {t_eval - started:.0f} s (seed {cfg.seed})"
     )
-    print(f"results: {out / 'results.jsonl'}\nsummary: {out / 'summary.json'}" + (f"\nplot:    {png}" if png else ""))
-    return table
+    print(f"policy:   {policy}")
+    print(f"RL run:   {run_dir}  (rollouts.jsonl, metrics.jsonl, manifest.json; wandb offline under wandb/)")
+    print(f"adapter:  {adapter}")
+    for kind, path in report["paths"].items():
+        print(f"{kind + ':':<10}{path}")
+    return report
 
 
 if __name__ == "__main__":

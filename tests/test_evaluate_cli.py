@@ -1,0 +1,201 @@
+"""`train/evaluate.py`: bad input fails before any work with a message naming the bad value; the
+pipeline writes JSON (round trip), markdown (the matrix) and PNG plots; and the command line runs
+end to end on a tiny Llama, as a script (`python train/evaluate.py`, the sys.path fix).
+
+The pipeline test drives `evaluate()` with the scripted policy of tests/evaluate_helpers.py (a
+`Generator` test double standing in for two policies of different quality), so its numbers are
+known; the command-line test uses a real (random, tiny) transformers model and peft adapter.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from evaluate_helpers import ScriptedPolicy, all_gold, build_tiny_llama, build_world
+from PIL import Image
+
+from train.evaluate import EvalConfig, evaluate, main
+from train.evaluation.report import markdown, results_from_json
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shapes")
+    build_world(root, val=8)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, world):
+    """(model dir, adapter dir) of a random tiny Llama with 256 positions and a LoRA on it."""
+    root = tmp_path_factory.mktemp("tiny")
+    model = build_tiny_llama(root / "model", world, context=256, adapter_out=root / "adapter")
+    return model, str(root / "adapter")
+
+
+def _never(policy):
+    raise AssertionError("a model was requested although the input is bad")
+
+
+def _cfg(tmp_path, world, model, **kw):
+    base = dict(
+        policy=model, shapes_root=str(world), layout="bare", out=str(tmp_path / "out"), limit=4, max_new_tokens=32
+    )
+    return EvalConfig(**(base | kw))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"datasets": "shapes:val,gqa_testdev"}, r"unknown dataset 'gqa_testdev'; valid names: shapes:train, .*okvqa"),
+        ({"datasets": "shapes:nope"}, r"unknown dataset 'shapes:nope'; valid names: .*shapes:heldout"),
+        ({"datasets": "vqav2"}, r"'vqav2' needs its root folder in data_roots"),
+        ({"shapes_root": "/no/such/world"}, r"needs shapes_root, a shapes world folder .*'/no/such/world'"),
+        ({"tools": "configs/tools/no_such.yaml"}, r"tools: tool stack 'configs/tools/no_such.yaml' does not exist"),
+        ({"policy": "/no/such/model"}, r"policy: /no/such/model does not exist"),
+        ({"modes": "single,best_of_n"}, r"unknown inference mode\(s\) \['best_of_n'\]; valid modes: single, majority"),
+        ({"modes": "unit_test_select"}, r"need `unit_tests` settings"),
+        ({"modes": "self_tuning"}, r"mode self_tuning needs `self_tuning`"),
+        ({"modes": "self_tuning", "self_tuning": '{"min_visibility": 0.3}'}, r"unknown setting.*min_visible"),
+        ({"modes": "reprompt_tests", "unit_tests": '{"num_test": 3}'}, r"unit_tests: unknown setting.*num_tests"),
+        ({"modes": "self_debug", "feedback": "hint"}, r"feedback 'hint' is not one of"),
+        ({"layout": "fancy"}, r"layout: 'fancy' is not one of"),
+        ({"seeds": "0,x"}, r"seeds: expected a comma list of integers"),
+    ],
+)
+def test_bad_input_fails_before_any_work(tmp_path, world, tiny, change, message):
+    cfg = _cfg(tmp_path, world, tiny[0], **change)
+    with pytest.raises(ValueError, match=message):
+        evaluate(cfg, make_generator=_never)
+    assert not (tmp_path / "out").exists()
+
+
+def test_adapter_of_another_base_and_too_long_prompts_are_refused(tmp_path, world, tiny):
+    model, adapter = tiny
+    other = tmp_path / "other_adapter"
+    other.mkdir()
+    (other / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "codellama/CodeLlama-7b-hf"}))
+    with pytest.raises(ValueError, match=r"was trained on base model 'codellama/CodeLlama-7b-hf'.*but the policy is"):
+        evaluate(_cfg(tmp_path, world, model, adapters=f"rl={other}"), make_generator=_never)
+    with pytest.raises(ValueError, match=r"has no adapter_config.json"):
+        evaluate(_cfg(tmp_path, world, model, adapters=str(tmp_path)), make_generator=_never)
+    # The adapter made on this very model passes the check (and a relative path names the same folder).
+    rel = os.path.relpath(model)
+    evaluate(_cfg(tmp_path, world, rel, adapters=f"rl={adapter}", datasets="shapes:val", limit=1, threads=1))
+    # The full API listing (~6k tokens) cannot fit a 256-position model: refused before loading it.
+    with pytest.raises(ValueError, match=r"needs \d+ positions .* but policy .* has 256; use layout 'bare'"):
+        evaluate(_cfg(tmp_path / "long", world, model, layout="stanic"))
+    assert not (tmp_path / "long").exists()
+
+
+def test_unknown_key_on_the_command_line_or_in_the_yaml(tmp_path, world, tiny):
+    path = tmp_path / "eval.yaml"
+    path.write_text(yaml.safe_dump({"policy": tiny[0], "shapes_root": str(world), "n_program": 3}))
+    with pytest.raises(SystemExit, match=r"(?s)unknown key\(s\) \['n_program'\].*did you mean n_programs"):
+        main(["--config", str(path)])
+    with pytest.raises(SystemExit, match=r"unknown dataset 'shapes:va'"):
+        main(["--policy", tiny[0], "--shapes_root", str(world), "--datasets", "shapes:va"])
+
+
+def test_pipeline_reports_json_markdown_and_plots(tmp_path, world, tiny):
+    """Two policies of known quality (scripted), two modes, fallback, two seeds."""
+    gold = all_gold(world)
+    cfg = _cfg(
+        tmp_path,
+        world,
+        tiny[0],
+        adapters=f"after_rl={tiny[1]}",
+        base_label="before_rl",
+        modes="single,majority",
+        n_programs=3,
+        fallback=True,
+        seeds="0,1",
+        limit=6,
+    )
+    report = evaluate(cfg, make_generator=lambda p: ScriptedPolicy(gold, wrong_share=0.2 if p.adapter else 0.7))
+    results, paths = report["results"], report["paths"]
+    assert list(results) == ["before_rl", "after_rl"]
+    assert list(results["after_rl"]) == ["single", "single+fallback", "majority-n3", "majority-n3+fallback"]
+    datasets = ["shapes:val", "shapes:heldout", "shapes:winoground", "shapes:sugarcrepe", "shapes:refcoco"]
+    assert list(results["after_rl"]["single"]) == datasets
+    assert set(results["after_rl"]["single"]["shapes:val"]) == {0, 1}
+    val = {p: results[p]["single"]["shapes:val"][0].headline["exact_match"] for p in results}
+    assert val["after_rl"] > val["before_rl"]  # fewer scripted mistakes, better number
+
+    data = json.loads(paths["json"].read_text())
+    assert results_from_json(data) == results
+    assert data["headline"]["shapes:winoground"] == "group" and data["examples"]["shapes:val"] == 6
+    cell = data["matrix"]["after_rl"]["majority-n3"]["shapes:heldout"]
+    assert cell["seeds"] == 2 and 0 <= cell["mean"] <= 1
+
+    md = paths["markdown"].read_text()
+    assert md == markdown(results)
+    assert "| policy | shapes:val (exact_match) | shapes:heldout (exact_match) | shapes:winoground (group)" in md
+    assert "## single+fallback" in md and "| before_rl | " in md and " ± " in md
+
+    rows = [json.loads(line) for line in paths["predictions"].read_text().splitlines()]
+    n_examples = sum(data["examples"].values())
+    assert len(rows) == 2 * 2 * 2 * n_examples  # policies × modes × seeds × examples
+    assert {"policy", "mode", "dataset", "seed", "example_id", "program", "status"} <= set(rows[0])
+
+    pngs = sorted(p.name for p in (tmp_path / "out" / "plots").glob("*.png"))
+    assert pngs == sorted(
+        ["generalization_matrix.png", "errors.png"] + [f"per_type_shapes_{d.split(':')[1]}.png" for d in datasets]
+    )
+    for name in pngs:
+        with Image.open(tmp_path / "out" / "plots" / name) as im:
+            assert im.width >= 500 and im.height >= 250, (name, im.size)
+
+
+def test_command_line_end_to_end_on_a_tiny_llama(tmp_path, world, tiny):
+    """`python train/evaluate.py --config ...` from another directory: the script finds the
+    repository (sys.path fix), loads the base and the adapter, runs the sandboxed executor, and
+    writes every report."""
+    model, adapter = tiny
+    config = tmp_path / "eval.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "policy": model,
+                "shapes_root": str(world),
+                "layout": "bare",
+                "limit": 2,
+                "max_new_tokens": 12,
+                "modes": "single",
+                "fallback": True,
+                "threads": 1,
+                "out": str(tmp_path / "out"),
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train" / "evaluate.py"), "--config", str(config), "--adapters", f"rl={adapter}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "## single+fallback" in proc.stdout and "| rl | " in proc.stdout
+    data = json.loads((tmp_path / "out" / "evaluation.json").read_text())
+    assert set(data["results"]) == {"base", "rl"}
+    assert (tmp_path / "out" / "plots" / "generalization_matrix.png").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs" / "eval").glob("*.yaml")))
+def test_shipped_configs_parse_and_validate(world, tiny, name):
+    from train.config import parse_config
+    from train.evaluate import validate
+
+    argv = ["--config", str(REPO / "configs" / "eval" / name), "--policy", tiny[0], "--shapes_root", str(world)]
+    (cfg,) = parse_config([EvalConfig], [*argv, "--adapters", f"after_rl={tiny[1]}"])
+    plan = validate(cfg)
+    assert [p.label for p in plan.policies][-1] == "after_rl" and plan.datasets[0] == "shapes:val"
