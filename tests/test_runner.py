@@ -165,6 +165,9 @@ def test_sandbox_killed_mid_run(tmp_path):
     with SyncRunner(host, RunnerConfig(slots=1, timeout_s=5.0)) as runner:
 
         def killer():
+            # Each slot keeps a spare sandbox warm: killing only that one before the task reaches
+            # it just makes the runner start another. Wait until the busy program is running.
+            time.sleep(0.5)
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
                 pids = sandbox_pids()
