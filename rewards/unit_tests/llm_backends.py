@@ -47,6 +47,19 @@ class SamplingSettings:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
+    @classmethod
+    def of(cls, config: Any, stop: tuple[str, ...]) -> SamplingSettings:
+        """The sampling part of a writer's or planner's flat config (`num_candidates`, ...)."""
+        return cls(
+            n=config.num_candidates,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            max_new_tokens=config.max_new_tokens,
+            seed=config.seed,
+            stop=stop,
+        )
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0

@@ -117,15 +117,7 @@ class LayoutPlannerConfig(BackendSettings):
 
     @property
     def sampling(self) -> SamplingSettings:
-        return SamplingSettings(
-            n=self.num_candidates,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens,
-            seed=self.seed,
-            stop=("\nCaption:",),
-        )
+        return SamplingSettings.of(self, stop=("\nCaption:",))
 
 
 class LlmLayoutPlanner:

@@ -64,15 +64,7 @@ class LlmWriterConfig(BackendSettings):
 
     @property
     def sampling(self) -> SamplingSettings:
-        return SamplingSettings(
-            n=self.num_candidates,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens,
-            seed=self.seed,
-            stop=("\nQuery:", "\n# Query:"),
-        )
+        return SamplingSettings.of(self, stop=("\nQuery:", "\n# Query:"))
 
 
 def load_template(config: LlmWriterConfig) -> str:
