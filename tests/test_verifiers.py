@@ -18,6 +18,7 @@ from rewards.verifiers.claims import build_claim
 from rewards.verifiers.embedders import build_embedder
 from rewards.verifiers.opposites import DEFAULT_GROUPS, OppositeConfig, OppositeSampler
 from rewards.verifiers.reward import VerifierConfig, VerifierReward
+from rewards.verifiers.scores import Check, ClaimScorer, contrasts, yes_minus_no
 from rewards.verifiers.tools import ToolCaller
 
 
@@ -96,6 +97,45 @@ def test_claims_from_questions_and_answers():
     assert choose.alternatives == ("yellow", "orange") and choose.phrase == "the large orange star"
     itm = build_claim('Verify image matches text="a red star above a blue square"', "yes", known)
     assert itm.phrase == "a red star above a blue square" and "above" in itm.slots
+
+
+# -- the VQA verifier: P(yes) - P(no) from the tool's scores over ["yes", "no"] --------------------------
+class _ScoredVqa:
+    """Answers `vqa(question, choices)` with a fixed P(yes) per question and records the calls."""
+
+    def __init__(self, p_yes):
+        self.p_yes, self.calls = p_yes, []
+
+    def call(self, calls):
+        self.calls.extend(calls)
+        return [
+            {
+                "answer": "?",
+                "scores": {"yes": self.p_yes[c.args["question"]], "no": 1 - self.p_yes[c.args["question"]]},
+            }
+            for c in calls
+        ]
+
+
+def test_vqa_verifier_uses_yes_no_probabilities_contrasted_with_the_opposite():
+    opposites = OppositeSampler()
+    claim = build_claim("What color is the circle?", "red", frozenset(opposites.vocabulary))
+    (contrast,) = contrasts(claim, opposites)
+    (question,), (other,) = claim.questions, contrast.questions
+    caller = _ScoredVqa({question: 0.8, other: 0.3})
+    scorer = ClaimScorer(caller, opposites, build_embedder("hashing"), verifiers=("vqa",))
+    (score,) = scorer.score([Check("img", None, claim)])
+    assert {c.tool for c in caller.calls} == {"vqa"} and all(c.args["choices"] == ["yes", "no"] for c in caller.calls)
+    # V(claim) = 0.8 - 0.2, V(opposite) = 0.3 - 0.7: (0.6 - (-0.4)) / 2
+    assert score.scores["vqa"] == pytest.approx(0.5)
+    # a model biased towards "yes" on both gains nothing from the bias
+    (biased,) = ClaimScorer(
+        _ScoredVqa({question: 0.9, other: 0.9}), opposites, build_embedder("hashing"), verifiers=("vqa",)
+    ).score([Check("img", None, claim)])
+    assert biased.scores["vqa"] == pytest.approx(0.0)
+    assert yes_minus_no({"answer": "no", "scores": {"yes": 0.25, "no": 0.75}}) == pytest.approx(-0.5)
+    assert yes_minus_no("Yes.") == 1.0 and yes_minus_no("maybe") == 0.0  # a bare string: one-hot
+    assert yes_minus_no({"answer": "no"}) is None and yes_minus_no({"scores": {"yes": float("nan")}}) is None
 
 
 # -- the reward on the shapes world ------------------------------------------------------------------

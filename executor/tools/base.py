@@ -14,6 +14,8 @@ detect     noun: str, threshold: float|None    list of {"box": [x0, y0, x1, y1],
                                                boxes in *top-left* pixels of the whole image
 verify     object_name: str, property: str     bool: does the object in the region have it
 vqa        question: str                       str: a short answer about the region
+           question: str, choices: list[str]   {"answer": str, "scores": {choice: probability}}
+                                               (over the given choices, summing to 1)
 caption    -                                   str: a short description of the region
 itm        texts: list[str]                    list[float]: a match score per text (higher =
                                                better; comparable across regions)
@@ -36,6 +38,8 @@ from typing import Any, ClassVar
 TOOLS: tuple[str, ...] = ("detect", "verify", "vqa", "caption", "itm", "depth", "llm")
 MAX_TEXT = 2000  # longest string argument a tool accepts
 MAX_TEXTS = 64  # most texts in one `itm` call
+MAX_CHOICES = 8  # most answer choices in one `vqa` call (each is scored by the VQA model)
+MAX_CHOICE_TEXT = 64  # longest answer choice
 
 
 class ToolError(Exception):
@@ -313,7 +317,24 @@ def validate_call(call: ToolCall, images: ImageStore) -> ToolCall:
                 raise ToolError(str(exc)) from None
     for key, value in call.args.items():
         _check_arg(call.tool, key, value)
+    if call.tool == "vqa" and "choices" in call.args:
+        _check_choices(call.args["choices"])
     return call
+
+
+def _check_choices(choices: Any) -> None:
+    """`vqa(choices=[...])`: 1..MAX_CHOICES distinct, non-blank, short strings (the result is keyed by them)."""
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+        raise ToolError(f"vqa: `choices` must be a non-empty list of strings, got {choices!r}"[:300])
+    if len(choices) > MAX_CHOICES:
+        raise ToolError(f"vqa: `choices` has {len(choices)} items (at most {MAX_CHOICES})")
+    for choice in choices:
+        if not choice.strip() or len(choice) > MAX_CHOICE_TEXT:
+            raise ToolError(
+                f"vqa: each choice must be 1 to {MAX_CHOICE_TEXT} characters and not blank, got {choice!r}"[:300]
+            )
+    if len(set(choices)) != len(choices):
+        raise ToolError(f"vqa: `choices` must be distinct, got {choices!r}"[:300])
 
 
 def _check_arg(tool: str, key: str, value: Any) -> None:

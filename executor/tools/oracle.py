@@ -130,7 +130,12 @@ class OracleBackend(ToolBackend):
         return out
 
     def vqa(self, calls: list[ToolCall]) -> list[Any]:
-        return [self._answer(call, call.args.get("question", "")) for call in calls]
+        out: list[Any] = []
+        for call in calls:
+            answer = self._answer(call, call.args.get("question", ""))
+            choices = call.args.get("choices")
+            out.append(answer if choices is None else {"answer": answer, "scores": one_hot_scores(answer, choices)})
+        return out
 
     def _answer(self, call: ToolCall, question: str) -> str:
         q = parse_question(question)
@@ -225,3 +230,15 @@ _STOP = frozenset(
         "that",
     }
 )
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.lower().split()).strip(" .,!?")
+
+
+def one_hot_scores(answer: str, choices: list[str]) -> dict[str, float]:
+    """Probabilities over `choices` from a deterministic answer: all mass on the choice(s) equal to
+    it (case, spacing and end punctuation folded); uniform when it is none of them (no preference)."""
+    hits = [c for c in choices if _fold(c) == _fold(answer)]
+    support = hits or choices
+    return {c: (1.0 / len(support) if c in support else 0.0) for c in choices}

@@ -186,7 +186,8 @@ def _record_checks(
         phrase = f"{args.get('property', '')} {args.get('object_name', '')}".strip()
         return [Check(ref, box, text_claim(phrase, known, 1 if result else -1))] if phrase else []
     if record.tool == "vqa" and isinstance(args.get("question"), str):
-        text = answer_to_text(result)
+        # A `vqa(choices=...)` result is {"answer", "scores"}: the claim is about the answer.
+        text = answer_to_text(result.get("answer") if isinstance(result, dict) else result)
         return [Check(ref, box, build_claim(args["question"], text, known))] if text else []
     if record.tool == "detect" and isinstance(result, list) and isinstance(args.get("noun"), str):
         claims: list[Check] = []

@@ -9,8 +9,10 @@ its opposite):
 
 each times the claim's polarity (a "no" answer denies the claim), and the combined score is the
 (weighted) average over the verifiers that apply ([E] Alg. 1: avg of e_s - e_n per verifier).
-VQA tools answer in words; without answer probabilities P(yes) - P(no) is read one-hot from the
-answer (+1 yes, -1 no, 0 anything else), which is exact for deterministic backends (oracle, shapes).
+The VQA calls pass `choices=["yes", "no"]`, so the tool returns P(yes) and P(no) over the two
+answers (the VQA model's own scores for a model backend; one-hot from the answer, exact, for the
+deterministic oracle and shapes backends). A backend that still answers a bare string is read
+one-hot from it (+1 yes, -1 no, 0 anything else).
 ExoViP's VQA score is P(yes) - P(no) alone; contrasting it too (a yes/no answer's claim against the
 claim with a word swapped) cancels a VQA model's bias towards one answer: a model that always says
 "no" contributes 0 instead of rewarding every "no".
@@ -36,6 +38,7 @@ from rewards.verifiers.opposites import OppositeSampler
 from rewards.verifiers.tools import ToolCaller
 
 VERIFIERS = ("itm", "caption", "vqa")
+YES_NO = ("yes", "no")  # the answer choices of the VQA verifier's calls
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,10 @@ class ClaimScorer:
                 keys["caption"] = want(ToolCall("caption", check.image, check.box, {}))
             if len(claims) > 1 and "vqa" in self.verifiers and check.claim.questions:
                 keys["vqa"] = [
-                    [want(ToolCall("vqa", check.image, check.box, {"question": q})) for q in c.questions]
+                    [
+                        want(ToolCall("vqa", check.image, check.box, {"question": q, "choices": list(YES_NO)}))
+                        for q in c.questions
+                    ]
                     for c in claims
                 ]
             keyed.append(keys)
@@ -164,8 +170,25 @@ def _vqa_value(claim: Claim, answers: list[Any]) -> float | None:
     for answer in answers:
         if isinstance(answer, ToolError):
             return None
-        folded = yes_no(answer)
-        values.append(1.0 if folded == "yes" else -1.0 if folded == "no" else 0.0)
+        value = yes_minus_no(answer)
+        if value is None:
+            return None
+        values.append(value)
     if not values:
         return None
     return max(values) if claim.any_of else min(values)
+
+
+def yes_minus_no(answer: Any) -> float | None:
+    """P(yes) - P(no) of one `vqa(choices=["yes", "no"])` result; None for a malformed one."""
+    if isinstance(answer, dict):
+        scores = answer.get("scores")
+        if not isinstance(scores, dict):
+            return None
+        try:
+            p_yes, p_no = float(scores.get("yes", 0.0)), float(scores.get("no", 0.0))
+        except (TypeError, ValueError):
+            return None
+        return p_yes - p_no if np.isfinite(p_yes) and np.isfinite(p_no) else None
+    folded = yes_no(answer)
+    return 1.0 if folded == "yes" else -1.0 if folded == "no" else 0.0

@@ -3,10 +3,17 @@
 Calls are deduplicated by (region, prompt) and generated in batches of `max_batch_size` (ViUniT: 4).
 Decoder-only language models (OPT, Llama) are left-padded and their prompt tokens are cut from the
 output; Flan-T5 returns only the answer. Answers are lower-cased and stripped.
+
+A `vqa` call with `choices` also gets `scores`: each choice is scored by the language model as the
+sum of the log-probabilities of its tokens after the prompt (teacher-forced, the image's query
+tokens in front as in generation), and the scores are a softmax over the call's choices. This is
+ExoViP's P(yes) - P(no) for choices ["yes", "no"]. The `answer` stays the generated one, so it
+means the same with or without choices.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,12 +56,87 @@ def prompt_of(call: ToolCall, settings: GenerationSettings) -> str:
     return settings.prompt.format(question=question.strip())
 
 
-def answer(cap: Captioner, settings: GenerationSettings, calls: Sequence[ToolCall], images: ImageStore) -> list[str]:
+def answer(cap: Captioner, settings: GenerationSettings, calls: Sequence[ToolCall], images: ImageStore) -> list[Any]:
     rows, row_of_call = dedupe([(region_of(call, images), prompt_of(call, settings)) for call in calls])
     texts: list[str] = []
     for batch in chunks(rows, settings.max_batch_size):
         texts.extend(generate(cap, settings, [r for r, _ in batch], [p for _, p in batch], images))
-    return [clean(texts[row]) for row in row_of_call]
+    answers: list[Any] = [clean(texts[row]) for row in row_of_call]
+    scored = [i for i, call in enumerate(calls) if call.tool == "vqa" and call.args.get("choices") is not None]
+    if scored:
+        items = [(rows[row_of_call[i]], str(c)) for i in scored for c in calls[i].args["choices"]]
+        unique, item_of = dedupe(items)
+        logps: list[float] = []
+        for batch in chunks(unique, settings.max_batch_size):
+            logps.extend(
+                choice_logprobs(
+                    cap, [r for (r, _), _ in batch], [p for (_, p), _ in batch], [c for _, c in batch], images
+                )
+            )
+        start = 0
+        for i in scored:
+            choices = calls[i].args["choices"]
+            mine = [logps[item_of[start + k]] for k in range(len(choices))]
+            start += len(choices)
+            answers[i] = {"answer": answers[i], "scores": dict(zip(choices, softmax(mine)))}
+    return answers
+
+
+def softmax(logps: Sequence[float]) -> list[float]:
+    top = max(logps)
+    weights = [math.exp(v - top) for v in logps]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def choice_logprobs(
+    cap: Captioner, regions: Sequence[Region], prompts: Sequence[str], choices: Sequence[str], images: ImageStore
+) -> list[float]:
+    """log P(choice | image region, prompt): the sum over the choice's tokens, one value per row."""
+    import torch
+
+    tok = cap.processor.tokenizer
+    crops = [crop_pil(images, region) for region in regions]
+    inputs = cap.processor(images=crops, text=list(prompts), return_tensors="pt", padding=True)
+    pixels = inputs["pixel_values"].to(input_device(cap.model), float_dtype(cap.model))
+    lead = "" if not cap.decoder_only else " "  # a decoder-only LM continues "... Answer:" with " yes"
+    targets = [tok(lead + choice, add_special_tokens=False)["input_ids"] for choice in choices]
+    if any(not t for t in targets):
+        raise ToolError(f"vqa: a choice in {list(choices)!r} has no tokens")
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    if cap.decoder_only:
+        # Prompt (with the image tokens) + choice, right-padded: with causal attention the padding
+        # after a row's last token changes nothing, and every row's positions start at 0.
+        prompts_ids = [ids[mask.bool()].tolist() for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"])]
+        rows = [p + t for p, t in zip(prompts_ids, targets)]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        with torch.inference_mode():
+            logits = cap.model(
+                pixel_values=pixels, input_ids=ids.to(pixels.device), attention_mask=mask.to(pixels.device)
+            ).logits
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        out = []
+        for row, (p, t) in enumerate(zip(prompts_ids, targets)):
+            # The logits at position j predict token j + 1.
+            positions = torch.arange(len(p) - 1, len(p) - 1 + len(t), device=logp.device)
+            out.append(float(logp[row, positions, torch.tensor(t, device=logp.device)].sum()))
+        return out
+    width = max(len(t) for t in targets)
+    labels = torch.tensor([t + [-100] * (width - len(t)) for t in targets])
+    device = input_device(cap.model)
+    with torch.inference_mode():
+        logits = cap.model(
+            pixel_values=pixels,
+            input_ids=inputs["input_ids"].to(device),
+            attention_mask=inputs["attention_mask"].to(device),
+            labels=labels.to(device),
+        ).logits
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    labels = labels.to(logp.device)
+    picked = logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return [float(v) for v in (picked * (labels != -100)).sum(dim=1)]
 
 
 def clean(text: str) -> str:
