@@ -299,3 +299,45 @@ def test_rest_dispatches_to_the_rest_loop(tmp_path, assets):
     assert (run / "iterations" / "iter-0" / "summary.json").is_file()
     assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {0: 8}
     assert json.loads((run / "manifest.json").read_text())["algorithm"] == "rest"
+
+
+def test_rest_with_two_processes_samples_once_and_trains_on_both(tmp_path, assets):
+    """`rest` under `accelerate launch --num_processes 2`: the main process alone samples, scores,
+    logs and saves; both train (DDP) on the broadcast kept set."""
+    values = yaml.safe_load(_recipe(tmp_path, assets).read_text())
+    for key in ("num_generations", "max_completion_length", "save_steps"):
+        values.pop(key)
+    values.update(
+        algorithm="rest",
+        rest_iterations=1,
+        rest_samples_per_query=2,
+        rest_max_new_tokens=24,
+        # the random policy is never right: keep every scored program (reward 0 >= 0) so SFT runs
+        rest_keep_rule="at_least",
+        rest_keep_threshold=0.0,
+        dataset_limit=4,
+        per_device_train_batch_size=2,
+        executor_slots=1,
+    )
+    recipe = tmp_path / "rest.yaml"
+    recipe.write_text(yaml.safe_dump(values))
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    command = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    command += ["--mixed_precision", "no", "--dynamo_backend", "no"]
+    command += ["--main_process_port", str(29000 + os.getpid() % 500), "train/rl.py", "--config", str(recipe)]
+    proc = _launch(command, tmp_path / "ddp.log")
+    assert proc.wait(timeout=300) == 0, (tmp_path / "ddp.log").read_text()[-3000:]
+    assert "Traceback" not in (tmp_path / "ddp.log").read_text()
+    run = tmp_path / "run"
+    iterations = run / "iterations"
+    assert sorted(p.name for p in iterations.iterdir()) == ["initial", "iter-0"]
+    assert sorted(p.name for p in (iterations / "iter-0").iterdir() if p.name.startswith("adapter")) == ["adapter"]
+    assert (iterations / "iter-0" / "adapter" / "adapter_model.safetensors").is_file()
+    assert (run / "adapter" / "adapter_model.safetensors").is_file()
+    # one set of rows: 4 prompts x 2 samples, written once (a second sampler would double them)
+    assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {0: 8}
+    summary = json.loads((iterations / "iter-0" / "summary.json").read_text())
+    assert summary["samples"] == 8 and summary["trained"] and summary["sft_examples"] > 0
+    kept = (iterations / "iter-0" / "kept.jsonl").read_text().splitlines()
+    assert len(kept) == summary["kept"]
+    assert _lora_b_norm(run / "adapter") > 0  # LoRA B starts at zero: the DDP SFT step moved it

@@ -25,6 +25,11 @@ Files: `run_dir/iterations/initial/adapter` (the policy's adapter before iterati
 `run_dir/iterations/iter-{k}/{adapter/, summary.json, kept.jsonl}`. The adapter folder appears last
 (renamed into place), so its presence marks the iteration done: resume skips it, reloads the last
 done adapter and truncates the rollouts log after that iteration.
+
+Several processes (`accelerate launch --num_processes N`): the main process alone samples, scores,
+writes the rollouts log and saves adapters and summaries; the SFT examples it built are broadcast,
+and every process runs the SFT step (trl's trainer wraps the model in DDP, so gradients are
+averaged and every copy of the adapter stays the same).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelerate.utils import broadcast_object_list
 from tqdm.auto import tqdm
 
 from data.records import Example
@@ -55,6 +61,7 @@ from train.rest_sft import (
     program_body,
     save_adapter,
     sft_example,
+    sft_state,
     train_sft,
 )
 from train.rollouts import RolloutLog, RolloutRow
@@ -304,9 +311,9 @@ def _first_iteration(run_dir: Path, config: RestConfig, start_iteration: int) ->
     return first
 
 
-def run_rest(
+def _sample_iteration(
+    k: int,
     *,
-    model: Any,
     tokenizer: Any,
     items: list[tuple[Example, str]],
     scorer: ProgramScorer,
@@ -317,115 +324,179 @@ def run_rest(
     log: RolloutLog,
     prompt_hash: str,
     policy_name: str,
+) -> dict[str, Any]:
+    """The main process's half of iteration k: sample, score, log the rollouts, keep, write
+    `kept.jsonl`, build the SFT examples. Returns what every process needs (JSON-able, so it can be
+    broadcast): the SFT examples, the summary's counts and the timings."""
+    examples = [ex for ex, _ in items]
+    prompts = [p for _, p in items]
+    n = config.samples_per_query
+    timer: dict[str, float] = {}
+    t0 = time.perf_counter()
+    iter_sampling = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + k)
+    completions = generator.generate(prompts, n, iter_sampling)
+    if len(completions) != len(prompts) or any(len(c) != n for c in completions):
+        raise RuntimeError(f"generator returned {[len(c) for c in completions]} completions, expected {n} per prompt")
+    timer["generate"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    flat_items = [i for i in range(len(items)) for _ in range(n)]
+    programs = [completion_to_program(prompts[i], c) for i in range(len(items)) for c in completions[i]]
+    flat_examples = [examples[i] for i in flat_items]
+    batch = scorer.score(flat_examples, programs, progress=True)
+    rows = batch.rows(k, flat_examples, programs, prompt_hash=prompt_hash, policy=policy_name)
+    log.append(rows)
+    timer["score"] = time.perf_counter() - t0
+
+    groups = [[r.total for r in rows[i * n : (i + 1) * n]] for i in range(len(items))]
+    stats = _summarise(k, rows, groups, len(items))
+    rewarded = sum(config.keeps(r.total) for r in rows)
+    kept = select_kept(rows, flat_items, config)
+    t0 = time.perf_counter()
+    sft_rows, too_long, no_body = [], 0, 0
+    for kp in kept:
+        ex = sft_example(tokenizer, prompts[kp.item], kp.program, config.style)
+        if ex is None:  # rewarded yet no `def execute_command` line first: nothing to continue
+            no_body += 1
+            continue
+        if len(ex["input_ids"]) > config.max_length:
+            too_long += 1
+            continue
+        sft_rows.append(ex)
+    if too_long:
+        logger.warning(
+            "rest iteration %d: %d kept programs are longer than max_length %d with their prompt; left out",
+            k,
+            too_long,
+            config.max_length,
+        )
+    if not sft_rows:
+        logger.warning(
+            "rest iteration %d: nothing to train on (%d of %d samples passed the keep rule); "
+            "the adapter is carried over unchanged",
+            k,
+            rewarded,
+            len(rows),
+        )
+    out = iteration_dir(run_dir, k)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kept.jsonl").write_text(
+        "".join(json.dumps(dataclasses.asdict(kp), ensure_ascii=False) + "\n" for kp in kept), encoding="utf-8"
+    )
+    timer["select"] = time.perf_counter() - t0
+    return {
+        "sft_rows": sft_rows,
+        "stats": {
+            **stats,
+            "rewarded": rewarded,
+            "kept": len(kept),
+            "kept_queries": len({kp.item for kp in kept}),
+            "sft_examples": len(sft_rows),
+            "skipped_too_long": too_long,
+            "skipped_no_body": no_body,
+        },
+        "timer": timer,
+    }
+
+
+def run_rest(
+    *,
+    model: Any,
+    tokenizer: Any,
+    items: list[tuple[Example, str]],
+    scorer: ProgramScorer,
+    generator: Generator | None,
+    config: RestConfig,
+    sampling: SamplingConfig,
+    run_dir: Path,
+    log: RolloutLog,
+    prompt_hash: str,
+    policy_name: str,
     start_iteration: int = 0,
 ) -> list[Path]:
     """Run iterations `start_iteration .. config.iterations - 1`, skipping those already done; returns
     the adapter folder of every iteration. `model` is the peft-wrapped policy, trained in place;
-    `items` pairs each example with its (unframed) prompt, as the generator takes it."""
+    `items` pairs each example with its (unframed) prompt, as the generator takes it. Under several
+    processes every one calls this; `generator` is used (and needed) on the main process only."""
     if not items:
         raise ValueError("run_rest: no training items")
     check_sft_overrides(config.sft_overrides)
     run_dir = Path(run_dir)
+    state = sft_state(config, run_dir / ITERATIONS_DIR)
+    main = state.is_main_process
+    if main and generator is None:
+        raise ValueError("run_rest: the main process needs a generator")
     first = _first_iteration(run_dir, config, start_iteration)
+    state.wait_for_everyone()  # every process has read the folder before the main one writes to it
     initial = initial_adapter_dir(run_dir)
     if first == 0:
-        initial.parent.mkdir(parents=True, exist_ok=True)
-        save_adapter(model, initial)
-        _sync_generator(generator, initial)
+        if main:
+            initial.parent.mkdir(parents=True, exist_ok=True)
+            save_adapter(model, initial)
+            _sync_generator(generator, initial)
     else:
         previous = adapter_dir(run_dir, first - 1)
-        load_adapter(model, previous)
-        _sync_generator(generator, previous)
-    dropped = log.truncate_after(first - 1 if first > 0 else None)
-    if dropped:
-        logger.info("rest: dropped %d rollout rows of unfinished iterations (>= %d)", dropped, first)
+        load_adapter(model, previous)  # every process: they all train from it
+        if main:
+            _sync_generator(generator, previous)
+    if main:
+        dropped = log.truncate_after(first - 1 if first > 0 else None)
+        if dropped:
+            logger.info("rest: dropped %d rollout rows of unfinished iterations (>= %d)", dropped, first)
+    state.wait_for_everyone()
     if config.restart_from_base and not (initial / ADAPTER_WEIGHTS).is_file():
         raise FileNotFoundError(f"restart_from_base needs the initial adapter at {initial}")
 
-    examples = [ex for ex, _ in items]
-    prompts = [p for _, p in items]
-    n = config.samples_per_query
-    bar = tqdm(range(first, config.iterations), desc="rest iterations", initial=first, total=config.iterations)
+    bar = tqdm(
+        range(first, config.iterations),
+        desc="rest iterations",
+        initial=first,
+        total=config.iterations,
+        disable=not main,
+    )
     for k in bar:
-        timer: dict[str, float] = {}
-        t0 = time.perf_counter()
-        iter_sampling = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + k)
-        completions = generator.generate(prompts, n, iter_sampling)
-        if len(completions) != len(prompts) or any(len(c) != n for c in completions):
-            raise RuntimeError(
-                f"generator returned {[len(c) for c in completions]} completions, expected {n} per prompt"
-            )
-        timer["generate"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        flat_items = [i for i in range(len(items)) for _ in range(n)]
-        programs = [completion_to_program(prompts[i], c) for i in range(len(items)) for c in completions[i]]
-        flat_examples = [examples[i] for i in flat_items]
-        batch = scorer.score(flat_examples, programs, progress=True)
-        rows = batch.rows(k, flat_examples, programs, prompt_hash=prompt_hash, policy=policy_name)
-        log.append(rows)
-        timer["score"] = time.perf_counter() - t0
-
-        groups = [[r.total for r in rows[i * n : (i + 1) * n]] for i in range(len(items))]
-        stats = _summarise(k, rows, groups, len(items))
-        rewarded = sum(config.keeps(r.total) for r in rows)
-        kept = select_kept(rows, flat_items, config)
-        t0 = time.perf_counter()
-        sft_rows, too_long, no_body = [], 0, 0
-        for kp in kept:
-            ex = sft_example(tokenizer, prompts[kp.item], kp.program, config.style)
-            if ex is None:  # rewarded yet no `def execute_command` line first: nothing to continue
-                no_body += 1
-                continue
-            if len(ex["input_ids"]) > config.max_length:
-                too_long += 1
-                continue
-            sft_rows.append(ex)
-        if too_long:
-            logger.warning(
-                "rest iteration %d: %d kept programs are longer than max_length %d with their prompt; left out",
+        sampled = None
+        if main:
+            sampled = _sample_iteration(
                 k,
-                too_long,
-                config.max_length,
+                tokenizer=tokenizer,
+                items=items,
+                scorer=scorer,
+                generator=generator,
+                config=config,
+                sampling=sampling,
+                run_dir=run_dir,
+                log=log,
+                prompt_hash=prompt_hash,
+                policy_name=policy_name,
             )
-        out = iteration_dir(run_dir, k)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "kept.jsonl").write_text(
-            "".join(json.dumps(dataclasses.asdict(kp), ensure_ascii=False) + "\n" for kp in kept), encoding="utf-8"
-        )
+        # The other processes wait here while the main one samples and scores, then all train on
+        # the same examples.
+        sampled = broadcast_object_list([sampled], from_process=0)[0]
+        timer = sampled["timer"]
+        t0 = time.perf_counter()
         source = "previous"
         loss = None
-        if sft_rows:
+        if sampled["sft_rows"]:
             if config.restart_from_base:
                 load_adapter(model, initial)
                 source = "initial"
-            loss = train_sft(model, tokenizer, sft_rows, config, out / "trainer")
-        else:
-            logger.warning(
-                "rest iteration %d: nothing to train on (%d of %d samples passed the keep rule); "
-                "the adapter is carried over unchanged",
-                k,
-                rewarded,
-                len(rows),
-            )
+            loss = train_sft(model, tokenizer, sampled["sft_rows"], config, iteration_dir(run_dir, k) / "trainer")
         timer["train"] = time.perf_counter() - t0
-        summary = IterationSummary(
-            **stats,
-            rewarded=rewarded,
-            kept=len(kept),
-            kept_queries=len({kp.item for kp in kept}),
-            sft_examples=len(sft_rows),
-            skipped_too_long=too_long,
-            skipped_no_body=no_body,
-            train_loss=loss,
-            trained=bool(sft_rows),
-            adapter_source=source,
-            seconds={name: round(s, 3) for name, s in timer.items()},
-        )
-        (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n", encoding="utf-8")
-        save_adapter(model, adapter_dir(run_dir, k))  # last: its presence marks the iteration done
-        _sync_generator(generator, adapter_dir(run_dir, k))
-        bar.set_postfix(
-            kept=len(kept), reward=f"{summary.mean_reward or 0:.3f}", zero_var=summary.zero_variance_groups
-        )
+        if main:
+            summary = IterationSummary(
+                **sampled["stats"],
+                train_loss=loss,
+                trained=bool(sampled["sft_rows"]),
+                adapter_source=source,
+                seconds={name: round(s, 3) for name, s in timer.items()},
+            )
+            path = iteration_dir(run_dir, k) / "summary.json"
+            path.write_text(json.dumps(summary.to_json(), indent=2) + "\n", encoding="utf-8")
+            save_adapter(model, adapter_dir(run_dir, k))  # last: its presence marks the iteration done
+            _sync_generator(generator, adapter_dir(run_dir, k))
+            bar.set_postfix(
+                kept=summary.kept, reward=f"{summary.mean_reward or 0:.3f}", zero_var=summary.zero_variance_groups
+            )
+        state.wait_for_everyone()  # no process moves on (or returns) before the adapter is on disk
     return [adapter_dir(run_dir, k) for k in range(config.iterations)]

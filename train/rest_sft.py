@@ -96,13 +96,10 @@ def load_adapter(model: Any, path: Path) -> None:
         raise ValueError(f"{path}: adapter weights do not fit the policy (unexpected keys {unexpected[:3]}...)")
 
 
-def train_sft(
-    model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], config: RestConfig, out_dir: Path
-) -> float | None:
-    """One SFTTrainer run over pre-tokenized examples (completion-only loss); returns the mean loss."""
+def sft_args(config: RestConfig, out_dir: Path) -> Any:
+    """The `trl.SFTConfig` of one SFT step."""
     import torch
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     on_cpu = not torch.cuda.is_available()
     kwargs: dict[str, Any] = {
@@ -126,11 +123,32 @@ def train_sft(
         "bf16": (not on_cpu) and torch.cuda.is_bf16_supported(),
     }
     kwargs.update(config.sft_overrides)
+    return SFTConfig(**kwargs)
+
+
+def sft_state(config: RestConfig, out_dir: Path) -> Any:
+    """accelerate's `PartialState` as the SFT step sees it: which process this is, of how many.
+
+    Building the `SFTConfig` sets it up (transformers resets accelerate's state there). Asking for a
+    bare `PartialState()` first is not the same: on CPU under `accelerate launch --num_processes 2`
+    it reports one process (its default is not CPU), so every process would take itself for the
+    main one."""
+    return sft_args(config, out_dir).distributed_state
+
+
+def train_sft(
+    model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], config: RestConfig, out_dir: Path
+) -> float | None:
+    """One SFTTrainer run over pre-tokenized examples (completion-only loss); returns the mean loss."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    args = sft_args(config, out_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     trainer = SFTTrainer(
         model=model,
-        args=SFTConfig(**kwargs),
+        args=args,
         train_dataset=Dataset.from_list(examples),
         processing_class=tokenizer,
     )

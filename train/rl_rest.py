@@ -108,9 +108,13 @@ def train_rest(
     run_dir: Path,
     hashes: dict[str, str],
 ) -> Path:
-    from train.rest import run_rest
+    from train.rest import ITERATIONS_DIR, run_rest
+    from train.rest_sft import sft_state
 
     config = rest_config(cfg)
+    # Under several processes only the main one samples (and so builds a generator: a vLLM engine
+    # is one per run) and writes files; every process trains.
+    state = sft_state(config, run_dir / ITERATIONS_DIR)
     tokenizer = load_tokenizer(cfg.policy)
     model, peft_config = load_model(cfg.policy)
     model = wrap_with_lora(model, peft_config)
@@ -125,7 +129,7 @@ def train_rest(
         tokenizer=tokenizer,
         items=[(p.example, p.prompt) for p in prompted],
         scorer=ProgramScorer(runner, composer),
-        generator=build_generator(cfg, model, tokenizer),
+        generator=build_generator(cfg, model, tokenizer) if state.is_main_process else None,
         config=config,
         sampling=sampling,
         run_dir=run_dir,
@@ -134,8 +138,10 @@ def train_rest(
         policy_name=policy_name(cfg.policy),
     )
     out = run_dir / runs.ADAPTER_DIR
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.copytree(adapters[-1], out)
-    tokenizer.save_pretrained(str(out))
+    if state.is_main_process:
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(adapters[-1], out)
+        tokenizer.save_pretrained(str(out))
+    state.wait_for_everyone()
     return out
