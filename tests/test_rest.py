@@ -205,7 +205,7 @@ def test_rest_with_the_random_policy_keeps_nothing_and_carries_on(tmp_path, worl
     model, tok = build_policy(tmp_path / "policy", world_corpus(world), seed=1)
     run_dir = tmp_path / "run"
     log = RolloutLog.in_run(run_dir)
-    with caplog.at_level(logging.WARNING, logger="train.rest"):
+    with caplog.at_level(logging.WARNING, logger="train.rest_select"):
         run_rest(
             model=model,
             tokenizer=tok,

@@ -30,6 +30,8 @@ Several processes (`accelerate launch --num_processes N`): the main process alon
 writes the rollouts log and saves adapters and summaries; the SFT examples it built are broadcast,
 and every process runs the SFT step (trl's trainer wraps the model in DDP, so gradients are
 averaged and every copy of the adapter stays the same).
+
+Sampling, scoring and selecting one iteration's training set is `train.rest_select`.
 """
 
 from __future__ import annotations
@@ -39,8 +41,6 @@ import json
 import logging
 import math
 import time
-from collections import Counter, defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,10 +49,9 @@ from accelerate.utils import broadcast_object_list
 from tqdm.auto import tqdm
 
 from data.records import Example
-from executor.program import program_key
 from train.generation import Generator, SamplingConfig
-from train.prompts import completion_to_program
 from train.prompts.framing import STYLES
+from train.rest_select import KeptProgram, sample_iteration, select_kept, zero_variance_groups
 from train.rest_sft import (
     ADAPTER_WEIGHTS,
     LOOP_OWNED,
@@ -64,7 +63,7 @@ from train.rest_sft import (
     sft_state,
     train_sft,
 )
-from train.rollouts import RolloutLog, RolloutRow
+from train.rollouts import RolloutLog
 from train.scoring import ProgramScorer
 
 __all__ = [
@@ -202,14 +201,6 @@ class IterationSummary:
         return cls(**row)
 
 
-@dataclass(frozen=True)
-class KeptProgram:
-    item: int  # index into run_rest's items
-    example_id: str
-    program: str
-    total: float
-
-
 def iteration_dir(run_dir: str | Path, k: int) -> Path:
     return Path(run_dir) / ITERATIONS_DIR / f"iter-{k}"
 
@@ -231,41 +222,6 @@ def read_summary(run_dir: str | Path, k: int) -> IterationSummary:
     return IterationSummary.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
-# --- selection -----------------------------------------------------------------------------------
-
-
-def zero_variance_groups(groups: Sequence[Sequence[float | None]]) -> int:
-    """Groups whose unmasked rewards (at least two) are all equal."""
-    count = 0
-    for totals in groups:
-        seen = [t for t in totals if t is not None]
-        if len(seen) >= 2 and max(seen) == min(seen):
-            count += 1
-    return count
-
-
-def select_kept(rows: Sequence[RolloutRow], items_per_row: Sequence[int], config: RestConfig) -> list[KeptProgram]:
-    """The training set of one iteration: rows passing the keep rule, deduplicated per question by
-    program key, best reward first (sample order breaks ties), at most `max_kept_per_query`."""
-    by_item: dict[int, list[tuple[int, RolloutRow]]] = defaultdict(list)
-    for order, (row, item) in enumerate(zip(rows, items_per_row, strict=True)):
-        if config.keeps(row.total):
-            by_item[item].append((order, row))
-    kept: list[KeptProgram] = []
-    for item in sorted(by_item):
-        ranked = sorted(by_item[item], key=lambda pair: (-pair[1].total, pair[0]))
-        seen: set[str] = set()
-        for _, row in ranked:
-            key = row.program_key or program_key(row.program)
-            if config.dedupe and key in seen:
-                continue
-            seen.add(key)
-            kept.append(KeptProgram(item, row.example_id, row.program, float(row.total)))
-            if config.max_kept_per_query is not None and len(seen) >= config.max_kept_per_query:
-                break
-    return kept
-
-
 def _sync_generator(generator: Any, path: Path) -> None:
     """Generators that hold their own copy of the weights (vLLM) are pointed at the new adapter;
     the transformers generator shares the live model and needs nothing."""
@@ -275,26 +231,6 @@ def _sync_generator(generator: Any, path: Path) -> None:
 
 
 # --- the loop -------------------------------------------------------------------------------------
-
-
-def _summarise(k: int, rows: list[RolloutRow], groups: list[list[float | None]], queries: int) -> dict[str, Any]:
-    totals = [r.total for r in rows if r.total is not None]
-    statuses = Counter(r.status for r in rows)
-    components: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        for name, value in r.components.items():
-            if value is not None:
-                components[name].append(value)
-    return {
-        "iteration": k,
-        "queries": queries,
-        "samples": len(rows),
-        "masked": len(rows) - len(totals),
-        "mean_reward": sum(totals) / len(totals) if totals else None,
-        "status_rates": {s: c / len(rows) for s, c in sorted(statuses.items())} if rows else {},
-        "component_means": {n: sum(v) / len(v) for n, v in sorted(components.items())},
-        "zero_variance_groups": zero_variance_groups(groups),
-    }
 
 
 def _first_iteration(run_dir: Path, config: RestConfig, start_iteration: int) -> int:
@@ -309,94 +245,6 @@ def _first_iteration(run_dir: Path, config: RestConfig, start_iteration: int) ->
             f"({adapter_dir(run_dir, first - 1)})"
         )
     return first
-
-
-def _sample_iteration(
-    k: int,
-    *,
-    tokenizer: Any,
-    items: list[tuple[Example, str]],
-    scorer: ProgramScorer,
-    generator: Generator,
-    config: RestConfig,
-    sampling: SamplingConfig,
-    run_dir: Path,
-    log: RolloutLog,
-    prompt_hash: str,
-    policy_name: str,
-) -> dict[str, Any]:
-    """The main process's half of iteration k: sample, score, log the rollouts, keep, write
-    `kept.jsonl`, build the SFT examples. Returns what every process needs (JSON-able, so it can be
-    broadcast): the SFT examples, the summary's counts and the timings."""
-    examples = [ex for ex, _ in items]
-    prompts = [p for _, p in items]
-    n = config.samples_per_query
-    timer: dict[str, float] = {}
-    t0 = time.perf_counter()
-    iter_sampling = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + k)
-    completions = generator.generate(prompts, n, iter_sampling)
-    if len(completions) != len(prompts) or any(len(c) != n for c in completions):
-        raise RuntimeError(f"generator returned {[len(c) for c in completions]} completions, expected {n} per prompt")
-    timer["generate"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    flat_items = [i for i in range(len(items)) for _ in range(n)]
-    programs = [completion_to_program(prompts[i], c) for i in range(len(items)) for c in completions[i]]
-    flat_examples = [examples[i] for i in flat_items]
-    batch = scorer.score(flat_examples, programs, progress=True)
-    rows = batch.rows(k, flat_examples, programs, prompt_hash=prompt_hash, policy=policy_name)
-    log.append(rows)
-    timer["score"] = time.perf_counter() - t0
-
-    groups = [[r.total for r in rows[i * n : (i + 1) * n]] for i in range(len(items))]
-    stats = _summarise(k, rows, groups, len(items))
-    rewarded = sum(config.keeps(r.total) for r in rows)
-    kept = select_kept(rows, flat_items, config)
-    t0 = time.perf_counter()
-    sft_rows, too_long, no_body = [], 0, 0
-    for kp in kept:
-        ex = sft_example(tokenizer, prompts[kp.item], kp.program, config.style)
-        if ex is None:  # rewarded yet no `def execute_command` line first: nothing to continue
-            no_body += 1
-            continue
-        if len(ex["input_ids"]) > config.max_length:
-            too_long += 1
-            continue
-        sft_rows.append(ex)
-    if too_long:
-        logger.warning(
-            "rest iteration %d: %d kept programs are longer than max_length %d with their prompt; left out",
-            k,
-            too_long,
-            config.max_length,
-        )
-    if not sft_rows:
-        logger.warning(
-            "rest iteration %d: nothing to train on (%d of %d samples passed the keep rule); "
-            "the adapter is carried over unchanged",
-            k,
-            rewarded,
-            len(rows),
-        )
-    out = iteration_dir(run_dir, k)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "kept.jsonl").write_text(
-        "".join(json.dumps(dataclasses.asdict(kp), ensure_ascii=False) + "\n" for kp in kept), encoding="utf-8"
-    )
-    timer["select"] = time.perf_counter() - t0
-    return {
-        "sft_rows": sft_rows,
-        "stats": {
-            **stats,
-            "rewarded": rewarded,
-            "kept": len(kept),
-            "kept_queries": len({kp.item for kp in kept}),
-            "sft_examples": len(sft_rows),
-            "skipped_too_long": too_long,
-            "skipped_no_body": no_body,
-        },
-        "timer": timer,
-    }
 
 
 def run_rest(
@@ -457,7 +305,7 @@ def run_rest(
     for k in bar:
         sampled = None
         if main:
-            sampled = _sample_iteration(
+            sampled = sample_iteration(
                 k,
                 tokenizer=tokenizer,
                 items=items,
@@ -465,7 +313,7 @@ def run_rest(
                 generator=generator,
                 config=config,
                 sampling=sampling,
-                run_dir=run_dir,
+                out=iteration_dir(run_dir, k),
                 log=log,
                 prompt_hash=prompt_hash,
                 policy_name=policy_name,
