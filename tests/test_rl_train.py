@@ -248,6 +248,7 @@ def test_two_processes_train_a_step(tmp_path, assets):
     # each process sampled its own 2 prompts x 4; the main process wrote all of them
     assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {1: 16}
     assert (run / "adapter" / "adapter_model.safetensors").is_file() and "Traceback" not in log
+    assert "process 1 of 2" in log  # each process knows it is one of two: only process 0 writes the run folder
 
 
 def test_qlora_grpo_step(tmp_path, assets):

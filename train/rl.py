@@ -195,9 +195,11 @@ def main(argv: list[str] | None = None) -> Path:
     cfg = parse_rl_config(argv)
     checked = validate(cfg)
     setup_reporting(cfg)
-    from accelerate import PartialState
-
-    state = PartialState()
+    # The trainer's own view of the processes: a bare `PartialState()` on CPU under `accelerate launch
+    # --num_processes 2` reports one process (its default is not CPU), and every process would then
+    # write the run folder and truncate the logs as if it were the main one.
+    state = cfg.training.distributed_state
+    logger.info("process %d of %d", state.process_index, state.num_processes)
     run_dir = Path(cfg.training.output_dir)
     flat = cfg.to_flat()
     try:
