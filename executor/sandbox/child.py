@@ -125,18 +125,24 @@ def start_sandbox(
             _exit(_wait_exit_code(init))
         # PID 1 of the new namespace.
         syscalls.set_pdeathsig(signal.SIGKILL)
-        os.chroot(root)
-        os.chdir("/")
-        program = os.fork()
-        if program:
-            _close_channel()
-            _exit(_wait_exit_code(program, reap_all=True))
+        _init_then_program(root)
         # PID 2: the program.
         forget()
         _drop_privileges(slot, task["timeout"], limits)
     except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
         _exit(1)
     _run(task, limits)
+
+
+def _init_then_program(root: str) -> None:
+    """As PID 1 of the sandbox: enter the empty root, fork the program (PID 2), and stay behind as
+    its reaper until it exits. Returns only in the program process."""
+    os.chroot(root)
+    os.chdir("/")
+    program = os.fork()
+    if program:
+        _close_channel()
+        _exit(_wait_exit_code(program, reap_all=True))
 
 
 def start_init(
@@ -167,12 +173,7 @@ def start_init(
         enter_network()
         _fixed_descriptors(*fds)
         os.setsid()
-        os.chroot(root)
-        os.chdir("/")
-        program = os.fork()
-        if program:
-            _close_channel()
-            _exit(_wait_exit_code(program, reap_all=True))
+        _init_then_program(root)
         # PID 2: the program.
         forget()
         _settle()

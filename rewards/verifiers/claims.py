@@ -110,6 +110,19 @@ def _yes_no_claim(q: str) -> Claim:
     return Claim(text, text, (q + "?",))
 
 
+# "Is X in the top or bottom half / on the left or right side of the image?": the claim names the region.
+_IMAGE_REGIONS = (
+    (
+        r"^(?:is|are) (?P<np>.+) in the (?P<x>top|bottom) or (?P<y>top|bottom) half of the image$",
+        "in the {} half of the image",
+    ),
+    (
+        r"^(?:is|are) (?P<np>.+) on the (?P<x>left|right) or (?P<y>left|right) side of the image$",
+        "on the {} side of the image",
+    ),
+)
+
+
 def _wh_claim(q: str, a: str) -> Claim:
     slots = (a,)
     m = re.match(r"^what (?P<attr>colou?r|size|material) (?:is|are) (?P<np>.+)$", q) or re.match(
@@ -124,26 +137,17 @@ def _wh_claim(q: str, a: str) -> Claim:
     if m:
         np_ = m["np"]
         return Claim(_replace_head(a, np_), f"{np_} is a {a}", (f"is {np_} a {a}?",), slots=slots)
-    m = re.match(r"^(?:is|are) (?P<np>.+) in the (?P<x>top|bottom) or (?P<y>top|bottom) half of the image$", q)
-    if m:
-        where = f"in the {a} half of the image"
-        return Claim(
-            f"{m['np']} {where}",
-            f"{m['np']} is {where}",
-            (f"is {m['np']} {where}?",),
-            slots=slots,
-            alternatives=(m["x"], m["y"]),
-        )
-    m = re.match(r"^(?:is|are) (?P<np>.+) on the (?P<x>left|right) or (?P<y>left|right) side of the image$", q)
-    if m:
-        where = f"on the {a} side of the image"
-        return Claim(
-            f"{m['np']} {where}",
-            f"{m['np']} is {where}",
-            (f"is {m['np']} {where}?",),
-            slots=slots,
-            alternatives=(m["x"], m["y"]),
-        )
+    for pattern, where in _IMAGE_REGIONS:
+        m = re.match(pattern, q)
+        if m:
+            place = where.format(a)
+            return Claim(
+                f"{m['np']} {place}",
+                f"{m['np']} is {place}",
+                (f"is {m['np']} {place}?",),
+                slots=slots,
+                alternatives=(m["x"], m["y"]),
+            )
     m = re.match(r"^(?:is|are) (?P<np>the .+?) (?P<x>[a-z]+) or (?P<y>[a-z]+)$", q)
     if m:
         np_ = m["np"]
