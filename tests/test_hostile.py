@@ -6,6 +6,7 @@ the canary has shown that isolation is on. Each test then checks its probe's res
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import pytest
 from test_sandbox import CANARY, SECRET_ANSWER, SECRET_ENV, make_world, sandbox_pids
 
 from executor.runner import RunnerConfig, SyncRunner
+from executor.sandbox import seccomp
 
 PWNED = "/tmp/vprl_pwned"  # no probe may create this on the host
 TIMEOUT = 1.0
@@ -45,6 +47,36 @@ def no_secret(result):
     assert SECRET_ANSWER not in str(result) and SECRET_ENV not in str(result)
 
 
+def _nr(name):
+    """The host's number for a syscall, written into a probe (the sandbox has the same kernel ABI)."""
+    try:
+        return seccomp.syscall_number(name)
+    except OSError:  # no libseccomp: the suite fails at start anyway, on the missing "seccomp" layer
+        return -1
+
+
+def K(name, body, answer=errno.EPERM):
+    """A kernel-interface probe: raw syscalls through ctypes (importable in a sandbox); the filter
+    must make each fail with `answer` (the probe returns the errno), and nothing else may happen."""
+    prelude = "    import ctypes, os\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+    return P(name, "kernel", prelude + body.strip("\n"), "ok", answer_is(answer))
+
+
+def errno_of(call):
+    return f"    r = {call}\n    return ctypes.get_errno() if r == -1 else ['succeeded', r]"
+
+
+# Reading back a key that add_key left would prove a keyring shared across programs of one slot uid.
+ADD_KEY_READ_BACK = (
+    "    key = libc.syscall({add_key}, b'user', b'vprl-leak', b'answer', 6, {ring})\n"
+    "    if key == -1:\n        return ctypes.get_errno()\n"
+    "    buf = ctypes.create_string_buffer(64)\n    n = libc.syscall({keyctl}, 11, key, buf, 64)\n"
+    "    return ['key readable', buf.raw[:max(n, 0)].decode()]"
+)
+# A raw clone or clone3 that got through returns 0 in a second copy of this program: it must leave at once.
+CLONE_CHILD_EXITS = "    if r == 0:\n        os._exit(0)\n"
+
+
 PROBES = [
     # -- time ---------------------------------------------------------------------------------
     P("busy_loop", "time", "    while True:\n        pass", "timeout"),
@@ -68,7 +100,9 @@ PROBES = [
         "sigstop_self",
         "time",
         "    import os, signal\n    os.kill(os.getpid(), signal.SIGSTOP)\n    return 1",
-        "timeout killed",
+        # Spawn "clone": the program is its pid namespace's init, and the kernel ignores the stop it
+        # sends itself (it runs on). Spawn "fork": it stops, and is killed at its deadline.
+        "ok timeout killed",
     ),
     P(
         "rearm_alarm",
@@ -199,6 +233,46 @@ PROBES = [
     ),
     P("raw_socket_module", "network", "    import _socket\n    return 1", "runtime_error"),
     P("dns", "network", "    import socket\n    return socket.gethostbyname('example.com')", "runtime_error"),
+    # -- kernel interfaces (the seccomp filter, executor/sandbox/seccomp.py) -----------------------
+    K("add_key_session_keyring", ADD_KEY_READ_BACK.format(add_key=_nr("add_key"), keyctl=_nr("keyctl"), ring=-3)),
+    K("add_key_user_keyring", ADD_KEY_READ_BACK.format(add_key=_nr("add_key"), keyctl=_nr("keyctl"), ring=-4)),
+    K("keyctl_user_keyring", errno_of(f"libc.syscall({_nr('keyctl')}, 0, -4, 1)")),  # KEYCTL_GET_KEYRING_ID
+    K("ptrace_attach_pid1", errno_of(f"libc.syscall({_nr('ptrace')}, 16, 1, 0, 0)")),  # PTRACE_ATTACH
+    K("ptrace_traceme", errno_of(f"libc.syscall({_nr('ptrace')}, 0, 0, 0, 0)")),
+    K("process_vm_readv_pid1", errno_of(f"libc.syscall({_nr('process_vm_readv')}, 1, 0, 0, 0, 0, 0)")),
+    K("unshare_user_namespace", errno_of("libc.unshare(0x10000000)")),
+    K("mount_tmpfs", errno_of("libc.mount(b'none', b'/', b'tmpfs', 0, None)")),
+    K("bpf_map_create", errno_of(f"libc.syscall({_nr('bpf')}, 0, ctypes.create_string_buffer(128), 128)")),
+    K("io_uring_setup", errno_of(f"libc.syscall({_nr('io_uring_setup')}, 4, ctypes.create_string_buffer(120))")),
+    K("userfaultfd", errno_of(f"libc.syscall({_nr('userfaultfd')}, 0)")),
+    K(
+        "perf_event_open",
+        errno_of(f"libc.syscall({_nr('perf_event_open')}, ctypes.create_string_buffer(128), 0, -1, -1, 0)"),
+    ),
+    K("setns", errno_of("libc.setns(0, 0)")),
+    K("personality_read_implies_exec", errno_of("libc.personality(0x0400000)")),
+    K(
+        "clone_new_user_and_network_namespaces",
+        f"    r = libc.syscall({_nr('clone')}, 0x10000000 | 0x40000000 | 17, 0, 0, 0, 0)\n"
+        + CLONE_CHILD_EXITS
+        + "    return ctypes.get_errno() if r == -1 else ['succeeded', r]",
+    ),
+    K(
+        "clone3",
+        f"    r = libc.syscall({_nr('clone3')}, ctypes.create_string_buffer(88), 88)\n"
+        + CLONE_CHILD_EXITS
+        + "    return ctypes.get_errno() if r == -1 else ['succeeded', r]",
+        errno.ENOSYS,  # so that glibc falls back to clone, whose flags the filter sees
+    ),
+    K("tiocsti_high_bits", errno_of("libc.ioctl(0, ctypes.c_ulong((1 << 32) | 0x5412), b'x')")),
+    K("socket_inet", errno_of("libc.socket(2, 2, 0)")),
+    K("socket_vsock", errno_of("libc.socket(40, 1, 0)")),
+    K(
+        "plain_fork_still_works",
+        "    pid = os.fork()\n    if pid == 0:\n        os._exit(7)\n"
+        "    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])",
+        7,
+    ),
     # -- the channel ---------------------------------------------------------------------------
     P("close_all_fds", "channel", "    import os\n    os.closerange(0, 1024)\n    return 1", "killed"),
     P(

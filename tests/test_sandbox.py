@@ -191,7 +191,7 @@ def test_canary_proves_isolation(runner, world):
     assert result.status == "ok", result
     facts = result.answer
     assert SANDBOX_UID_BASE <= facts["uid"] < SANDBOX_UID_BASE + 2
-    assert facts["pid"] == 2  # PID 2 of a fresh pid namespace, under its own init
+    assert facts["pid"] == 1  # the init of a fresh pid namespace (spawn "clone", the default)
     assert facts["root"] == []  # empty chroot: no /etc, no /proc, no /dev/shm
     assert facts["env"] == []
     assert facts["fds"] == [0, 1, 2, 3, 4]  # stdin, output pipe (1, 2), the two channel pipes

@@ -3,22 +3,30 @@
 Process tree of one program (all forked, never exec'd, from the lean supervisor), spawn "clone"
 (the default):
 
-    supervisor ── init: clone(2) into new pid/mount/ipc/uts namespaces, so directly PID 1 of its
-                   │    own pid namespace; joins an empty network namespace of the pool (netns.py);
-                   │    PDEATHSIG, setsid, chroot into an empty dir; reaps
-                   └─ program, PID 2: made ahead of its task (a spare), waits as root with nothing
-                        of ours for one task frame, then rlimits, per-slot uid, PDEATHSIG re-armed,
-                        NO_NEW_PRIVS, "ready", the program
+    supervisor ── program: clone(2) into new pid/mount/ipc/uts namespaces, so directly PID 1 of
+                     its own pid namespace; joins an empty network namespace of the pool
+                     (netns.py); PDEATHSIG, setsid, chroot into an empty dir. Made ahead of its
+                     task (a spare), it waits as root with nothing of ours for one task frame,
+                     then rlimits, per-slot uid, PDEATHSIG re-armed, NO_NEW_PRIVS, "ready", the
+                     program
 
-spawn "fork" (the original path, kept as a fallback; one more process and a fresh network
+spawn "fork" (the original path, kept as a fallback; two more processes and a fresh network
 namespace per program, made when the task is already known):
 
     supervisor ── outer (setsid, PDEATHSIG, unshare net/mount/ipc/uts/pid)
                     └─ init, PID 1 of the new namespace (chroot into an empty dir; reaps)
                          └─ program, PID 2 (as above)
 
-The supervisor kills `init` (or `outer`, whose death kills `init` by PDEATHSIG), and the death of
-a namespace's init makes the kernel kill every process left in it, `setsid` daemons included.
+Why the program itself is PID 1 with "clone": a fork copies, and an exit tears down, the page
+tables of the whole interpreter image; one process per program instead of two halves that cost,
+which is most of what a sandbox costs (docs/benchmarks.md, "Where a sandbox's time goes"). What
+being a namespace's init changes for the program: the kernel ignores the signals it sends itself
+without a handler (it cannot SIGSTOP or SIGKILL itself: it runs on, within its deadline), and the
+children it does not wait for stay zombies until it ends (RLIMIT_NPROC bounds them). Its death
+kills everything left in the namespace, `setsid` daemons included.
+
+The supervisor kills the program (or, with "fork", `outer`, whose death kills `init` by
+PDEATHSIG), and the death of a namespace's init makes the kernel kill every process left in it.
 Descriptors are moved to fixed numbers and everything else is closed *right after fork*: without
 exec, O_CLOEXEC protects nothing, and an inherited sibling channel would let a program forge
 another program's result.
@@ -43,7 +51,7 @@ import numpy as np
 
 from executor.api import SourceImage, Video, bind_client
 from executor.program import execute_program
-from executor.sandbox import framing, syscalls
+from executor.sandbox import framing, seccomp, syscalls
 from executor.tools.base import ToolError, ToolUnavailable
 
 # Fixed descriptor numbers inside a sandbox.
@@ -134,11 +142,15 @@ def start_sandbox(
     _run(task, limits)
 
 
+def _enter_root(root: str) -> None:
+    os.chroot(root)
+    os.chdir("/")
+
+
 def _init_then_program(root: str) -> None:
     """As PID 1 of the sandbox: enter the empty root, fork the program (PID 2), and stay behind as
     its reaper until it exits. Returns only in the program process."""
-    os.chroot(root)
-    os.chdir("/")
+    _enter_root(root)
     program = os.fork()
     if program:
         _close_channel()
@@ -154,11 +166,11 @@ def start_init(
     forget,
 ) -> None:
     """Spawn "clone": runs in the child of `syscalls.fork_into_namespaces`, already PID 1 of fresh
-    pid/mount/ipc/uts namespaces; never returns. `enter_network()` joins the network namespace
+    pid/mount/ipc/uts namespaces, and is the program process; never returns. `enter_network()` joins the network namespace
     the supervisor picked (it needs a descriptor that `_fixed_descriptors` closes, so it goes first).
 
-    The sandbox is made before its program is known (a spare, see supervisor.py): the program
-    process waits, still root but already chrooted and holding nothing of the supervisor's state,
+    The sandbox is made before its program is known (a spare, see supervisor.py): it waits,
+    still root but already chrooted and holding nothing of the supervisor's state,
     for one task frame on its reply pipe; only then does it drop to the slot's uid and limits and
     say "ready".
 
@@ -173,8 +185,7 @@ def start_init(
         enter_network()
         _fixed_descriptors(*fds)
         os.setsid()
-        _init_then_program(root)
-        # PID 2: the program.
+        _enter_root(root)
         forget()
         _settle()
         _warm_up(limits)
@@ -223,6 +234,10 @@ def _settle() -> None:
     os.environ.clear()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    # The syscall filter the supervisor built (seccomp.py), after NO_NEW_PRIVS. Nothing the sandbox
+    # still does after this (rlimits, setgroups/setgid/setuid, PDEATHSIG) is on its denylist, and
+    # loading it here takes it off the program's clock: a spare does it while it waits.
+    seccomp.load_armed()
 
 
 def _limit_and_become(slot: int, timeout: float, limits: Limits) -> None:

@@ -6,13 +6,15 @@ than inferred from the kernel version or from being root.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import resource
 import signal
 import tempfile
 
-from executor.sandbox import syscalls
+from executor.sandbox import seccomp, syscalls
 
 LAYERS: tuple[str, ...] = (
     "netns",
@@ -26,6 +28,7 @@ LAYERS: tuple[str, ...] = (
     "pdeathsig_after_setuid",
     "no_new_privs",
     "rlimits",
+    "seccomp",
 )
 
 _ROOT_FIX = (
@@ -43,6 +46,9 @@ FIXES: dict[str, str] = {
     "outlive the supervisor",
     "no_new_privs": "prctl(PR_SET_NO_NEW_PRIVS) failed; the kernel is older than 3.5 or a policy blocks prctl",
     "rlimits": "setrlimit failed; a container may forbid lowering the hard limits",
+    "seccomp": "install libseccomp (`apt-get install libseccomp2`, which provides libseccomp.so.2) and run on a "
+    "kernel built with CONFIG_SECCOMP_FILTER (check `grep Seccomp /proc/self/status`); a container runtime's own "
+    "seccomp profile must allow prctl(PR_SET_SECCOMP)",
 }
 
 
@@ -83,6 +89,9 @@ def _try(report: dict[str, str], name: str, fn) -> bool:
 
 def _probe_in_child(root: str, uid: int) -> dict[str, str]:
     report: dict[str, str] = {}
+    # First: libseccomp.so.2 can still be opened (no chroot yet), and the check forks, which the
+    # pid namespace below no longer allows once its short-lived PID 1 is gone.
+    _try(report, "seccomp", lambda: _check_seccomp(uid))
     for name, flag in syscalls.NAMESPACES.items():
         _try(report, name, lambda flag=flag: syscalls.unshare(flag))
     if report["netns"] == "ok":
@@ -142,6 +151,46 @@ def _check_no_network() -> None:
     finally:
         s.close()
     raise RuntimeError("a route to the outside exists inside the network namespace")
+
+
+def _check_seccomp(uid: int) -> None:
+    """Build the filter and load it in a forked child as a sandbox program does (after the uid drop,
+    when root, and NO_NEW_PRIVS; a loaded filter can never be taken off), then see keyctl and
+    add_key denied while a plain fork still works."""
+    program = seccomp.Program(seccomp.build_bpf())
+    keyctl, add_key = seccomp.syscall_number("keyctl"), seccomp.syscall_number("add_key")
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the grandchild
+        os.close(read_fd)
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            syscalls.set_no_new_privs()
+            program.load()
+            libc = ctypes.CDLL(None, use_errno=True)
+            for name, args in (
+                ("keyctl", (keyctl, 0, -4, 1)),
+                ("add_key", (add_key, b"user", b"vprl-probe", b"x", 1, -3)),
+            ):
+                if libc.syscall(*args) != -1 or ctypes.get_errno() != errno.EPERM:
+                    raise RuntimeError(f"{name} was not denied with EPERM (errno {ctypes.get_errno()})")
+            child = os.fork()
+            if child == 0:
+                os._exit(7)
+            _expect(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 7, "plain fork fails under the filter")
+            message = "ok"
+        except BaseException as exc:  # noqa: BLE001 — sent to the probe, which reports the layer missing
+            message = f"{type(exc).__name__}: {exc}"
+        os.write(write_fd, message.encode())
+        os._exit(0)
+    os.close(write_fd)
+    message = os.read(read_fd, 4096).decode() or "the seccomp check died"
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    _expect(message == "ok", message)
 
 
 def _check_pid_one() -> None:

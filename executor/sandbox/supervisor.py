@@ -41,7 +41,7 @@ from collections import deque  # noqa: E402
 from typing import Any  # noqa: E402
 
 from executor.program import BadReturn, to_plain  # noqa: E402
-from executor.sandbox import framing, syscalls  # noqa: E402
+from executor.sandbox import framing, seccomp, syscalls  # noqa: E402
 from executor.sandbox.child import Limits  # noqa: E402
 from executor.sandbox.netns import SlotNetworks  # noqa: E402
 from executor.sandbox.outcome import classify_exit, clean, clean_text  # noqa: E402
@@ -414,6 +414,7 @@ def main(argv: list[str]) -> int:
     if missing_layers(layers, required):
         framing.send_blocking(host_fd, {"op": "fatal", "message": explain_missing(layers, required)})
         return 2
+    seccomp.arm(seccomp.build_bpf() if layers["seccomp"] == "ok" else None)  # loaded by every sandbox program
     slots, spawn = int(config["slots"]), str(config.get("spawn", "clone"))
     try:
         supervisor = Supervisor(host_fd, slots, limits, spawn)
