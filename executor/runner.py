@@ -9,18 +9,19 @@ enforces the per-program tool-call cap.
 
 `infra_error` is reserved for our failures: the tool host failing, the sandbox failing to set up,
 the supervisor dying, or shutting down with work in flight. The trainer masks those.
+
+`sandbox: none` (debugging only) runs programs in this process instead: see `executor/unsandboxed.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import itertools
 import os
 import threading
-import time
-import warnings
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,12 +32,13 @@ from tqdm.auto import tqdm
 from data.records import Example
 from executor.api import SourceImage, Video
 from executor.host import ToolHost
-from executor.program import program_key, run_in_process
+from executor.program import program_key
 from executor.results import ExecutionResult, ToolCallRecord
 from executor.sandbox.child import Limits, encode_inputs
 from executor.sandbox.connection import SandboxUnavailable, SupervisorConnection
 from executor.sandbox.probe import LAYERS
 from executor.tools.base import ImageInfo, ToolCall, ToolError, ToolUnavailable, short_result
+from executor.unsandboxed import run_unsandboxed, warn_unsandboxed
 
 SANDBOX_MODES = ("full", "none")
 SPAWN_MODES = ("clone", "fork")
@@ -75,7 +77,6 @@ class _TaskState:
     rpcs: int = 0
     rpc_limit: bool = False
     infra: str | None = None
-    rpc_wait: float = 0.0  # sandbox: none only (the supervisor measures it otherwise)
     owner: object = field(default_factory=object)  # holds the images this program registers
 
 
@@ -98,12 +99,7 @@ class BatchRunner:
     # -- life cycle ------------------------------------------------------------------------------
     async def start(self) -> BatchRunner:
         if self.config.sandbox == "none":
-            warnings.warn(
-                "sandbox: none — programs run INSIDE this process with NO isolation and NO time limit; "
-                "use it only to debug trusted programs",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            warn_unsandboxed()
             self._local_lock = asyncio.Lock()
         else:
             self.supervisor = await SupervisorConnection.start(
@@ -213,7 +209,9 @@ class BatchRunner:
     async def _execute(self, state: _TaskState, source: str, inputs: dict[str, Any]) -> None:
         try:
             if self.config.sandbox == "none":
-                await self._execute_local(state, source, inputs)
+                answer = functools.partial(self._answer, state)
+                frame = await run_unsandboxed(self.host, state.owner, answer, self._local_lock, source, inputs)
+                self._resolve(state, frame)
                 return
             if self.supervisor is None or self._reader is None or self._reader.done():
                 raise ToolUnavailable("the sandbox supervisor is not running")
@@ -330,53 +328,6 @@ class BatchRunner:
     def _fail_all(self, message: str) -> None:
         for task_id in list(self._tasks):
             self._resolve(self._tasks.pop(task_id), {"status": "infra_error", "error": message})
-
-    # -- sandbox: none ---------------------------------------------------------------------------
-    async def _execute_local(self, state: _TaskState, source: str, inputs: dict[str, Any]) -> None:
-        loop = asyncio.get_running_loop()
-        client = _BridgeClient(self, state, loop)
-        async with self._local_lock:  # the API's bound client is process-global: one program at a time
-            outcome, stdout, seconds = await loop.run_in_executor(None, run_in_process, source, inputs, client)
-        self._resolve(
-            state,
-            {
-                "status": outcome.status,
-                "answer": outcome.answer,
-                "error": outcome.error,
-                "stdout": stdout,
-                "duration_s": seconds,
-                "rpc_wait_s": state.rpc_wait,
-            },
-        )
-
-
-class _BridgeClient:
-    """`ToolClient` for `sandbox: none`: the program's thread asks the runner's loop."""
-
-    def __init__(self, runner: BatchRunner, state: _TaskState, loop: asyncio.AbstractEventLoop) -> None:
-        self.runner, self.state, self.loop = runner, state, loop
-
-    def _ask(self, request: dict[str, Any]) -> Any:
-        t0 = time.perf_counter()
-        reply = asyncio.run_coroutine_threadsafe(self.runner._answer(self.state, request), self.loop).result()
-        self.state.rpc_wait += time.perf_counter() - t0
-        if "ok" in reply:
-            return reply["ok"]
-        if reply["error"] == "ToolError":
-            raise ToolError(reply["message"])
-        raise ToolUnavailable(reply["message"])
-
-    def call(self, tool, image, box, args):
-        return self._ask(
-            {"method": "call", "tool": tool, "image": image, "box": list(box) if box else None, "args": args}
-        )
-
-    def pixels(self, image):
-        return self.runner.host.images.get(image).load_pixels()
-
-    def register_pixels(self, pixels):
-        info = self.runner.host.register_array(pixels, owner=self.state.owner)
-        return info.ref, info.width, info.height
 
 
 def _parse_call(request: dict[str, Any]) -> ToolCall:

@@ -16,3 +16,17 @@ def store():
     pixels[:, : HALVES_W // 2, 0] = 255
     pixels[:, HALVES_W // 2 :, 2] = 255
     return images, images.add_array(pixels).ref
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run fastest on one thread; two threads on a busy 2-core box spin up to 50x slower.
+
+    A module opts in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -1,8 +1,8 @@
 """Helpers shared by the ReST and vLLM-generation tests.
 
-- a tiny random causal LM with a LoRA adapter, built offline: a byte-level BPE trained here on
-  program text (prompts and programs take few tokens) and a 2-layer Llama with random weights (it
-  writes noise, not programs);
+- a tiny random causal LM with a LoRA adapter, built offline by `train.tiny_policy`: its byte-level
+  BPE trained here on program text (prompts and programs take few tokens) and a 2-layer Llama with
+  random weights (it writes noise, not programs);
 - a small shapes world with three training questions and their gold programs;
 - `PoolGenerator`, a test double that returns the bodies of real programs, so the loop has
   something to keep (a random policy never writes a rewarded program).
@@ -26,30 +26,10 @@ CODE_CORPUS = [
 
 
 def build_tokenizer(out_dir: str | Path, corpus: list[str] | None = None, chat_template: str | None = None) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    """`train.tiny_policy`'s BPE tokenizer trained on `corpus` and a few program lines; saved to `out_dir`."""
+    from train.tiny_policy import train_tokenizer
 
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = ["<|pad|>", "<|bos|>", "<|eos|>", "<|user|>", "<|assistant|>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=600,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator((corpus or []) + CODE_CORPUS * 4, trainer=trainer)
-    bos = tok.token_to_id("<|bos|>")
-    tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", bos)])
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<|bos|>",
-        eos_token="<|eos|>",
-        pad_token="<|pad|>",
-        padding_side="left",
-        model_max_length=4096,
-    )
+    fast = train_tokenizer((corpus or []) + CODE_CORPUS * 4, vocab_size=600, context=4096)
     if chat_template:
         fast.chat_template = chat_template
     fast.save_pretrained(str(out_dir))
@@ -65,26 +45,16 @@ def build_policy(
     lora: bool = True,
 ) -> tuple[Any, Any]:
     """(peft-wrapped tiny Llama, tokenizer); the base checkpoint is saved under `out_dir`."""
-    import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from train.tiny_policy import TinyModelConfig, build_model
 
     out_dir = Path(out_dir)
     tok = build_tokenizer(out_dir, corpus)
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=heads,
-        num_key_value_heads=heads // 2,
-        max_position_embeddings=1024,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
+    sizes = TinyModelConfig(
+        vocab_size=600, hidden_size=hidden, num_layers=2, num_heads=heads, intermediate_size=2 * hidden, context=1024
     )
-    model = LlamaForCausalLM(cfg)
+    model = build_model(tok, sizes, seed=seed)
     model.save_pretrained(str(out_dir))
     if not lora:
         return model, tok

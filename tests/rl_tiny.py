@@ -36,42 +36,15 @@ def build_world(root: Path) -> Path:
     return root
 
 
-def build_tokenizer(texts: list[str]):
-    """Byte-level BPE with <|pad|>/<|bos|>/<|eos|>; BOS added to every encoded text, like CodeLlama's."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=["<|pad|>", "<|bos|>", "<|eos|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    bos = tok.token_to_id("<|bos|>")
-    tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", bos)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<|bos|>",
-        eos_token="<|eos|>",
-        pad_token="<|pad|>",
-        padding_side="left",
-        model_max_length=1024,
-    )
-
-
 def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0) -> Path:
-    """A 2-layer Llama (hidden 64) with a BPE tokenizer trained on the world's prompts and gold
-    programs, fitted briefly on them; saved as a model folder."""
+    """A 2-layer Llama (hidden 64) with `train.tiny_policy`'s BPE tokenizer trained on the world's
+    prompts and gold programs, fitted briefly on them; saved as a model folder."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from data.shapes import load_gold_programs
     from data.shapes.tasks import load_shapes_tasks
     from train.prompts import PromptConfig, PromptTemplate
+    from train.tiny_policy import TinyModelConfig, build_model, train_tokenizer
 
     examples = load_shapes_tasks(world, ["train"])["train"]
     gold = load_gold_programs(world)["vqa"]
@@ -81,21 +54,11 @@ def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0) -> 
         prompt = template.build(ex.query)
         body = gold[ex.query].split("\n", 1)[1]  # the body after `def execute_command(image):`
         pairs.append((prompt, "\n" + body))
-    fast = build_tokenizer([p + c for p, c in pairs] * 3)
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
+    fast = train_tokenizer([p + c for p, c in pairs] * 3, vocab_size=500, context=1024)
+    sizes = TinyModelConfig(
+        vocab_size=500, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, context=1024
     )
-    model = LlamaForCausalLM(cfg)
+    model = build_model(fast, sizes, seed=seed)
     # One padded batch of every (prompt, gold body) pair; the loss covers the body and EOS only.
     seqs = []
     for prompt, body in pairs:

@@ -30,15 +30,7 @@ SIZE = dict(height=32, width=32, steps=2, device="cpu")
 TWO_OBJECTS = Layout((LayoutBox("a red car", (0, 256, 256, 256)), LayoutBox("a dog", (300, 40, 200, 200))))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Models this small run fastest on one thread; two threads on a busy 2-core box spin 50x slower."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def pixels(image) -> np.ndarray:

@@ -27,15 +27,7 @@ EXPECTED = [UnitTest("a red car", "yes"), UnitTest("a blue car", "no")]
 PROGRAM = 'def execute_command(image):\n    return bool_to_yesno(ImagePatch(image).exists("red car"))\n'
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Models this small run fastest on one thread; two threads on a busy 2-core box spin 50x slower."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

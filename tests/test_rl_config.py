@@ -283,9 +283,9 @@ def test_zero_variance_groups_use_scorable_totals():
 
 
 def test_stop_length_cuts_after_the_stop_token():
-    from rl_tiny import build_tokenizer
+    from train.tiny_policy import train_tokenizer
 
-    tok = build_tokenizer(["def execute_command(image):\n    return 'a'\n\n# next query\n"] * 20)
+    tok = train_tokenizer(["def execute_command(image):\n    return 'a'\n\n# next query\n"] * 20, vocab_size=500)
     body = "\n    return 'a'\n\n# next query\ndef x():"
     ids = tok(body, add_special_tokens=False)["input_ids"]
     k = stop_length(ids, tok, ["\n#", "\ndef "])

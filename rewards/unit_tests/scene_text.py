@@ -2,9 +2,9 @@
 
 `Ref` is a noun phrase of a query ("large red circle", "red object"), `Obj` one imagined object,
 `Scene` a few objects with an optional ordering or relation, and `describe` turns a scene into the
-description an image generator renders (in the grammar `layout.py` reads). The helpers draw objects
-that fit a phrase, near-misses that differ from it in one attribute, and distractors that fit none
-of the phrases a question depends on.
+description an image generator renders (in the grammar `description_grammar.py` reads). The
+helpers draw objects that fit a phrase, near-misses that differ from it in one attribute, and
+distractors that fit none of the phrases a question depends on.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from data.shapes.scene import COLORS, SHAPES
+from data.shapes.scene import COLORS, SHAPES, SIZES
 
-SIZES = ("small", "large")
 _NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five"}
 _OPENERS = ("", "A grey background with ", "An image of ", "A picture showing ", "A plain grey scene with ")
 _WHERE = {
