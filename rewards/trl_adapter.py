@@ -14,6 +14,18 @@ All of them are async (trl gathers async reward functions on its own event loop)
 start runs the batch through the scorer (sandboxed execution on the executor's loop, composition
 in a worker thread) and the others await the same result, so each batch executes once.
 
+Overlap: trl computes the batch's old and reference log-probabilities (forward passes) between
+generation and the reward call. `prefetch` starts the batch's scoring on trl's loop as soon as the
+completions exist (the trainer calls it right after generation), so the programs run in their
+sandboxes while the forward passes run; the reward functions then pick up the running (or
+finished) task instead of starting one. Batches are matched by content (example ids, prompts,
+completions), so a batch the reward functions see differently from what was prefetched simply
+runs again. Execution-status metrics and `on_batch` happen once per batch, when the reward
+functions take it (they need trl's `log_metric` and `trainer_state`); an exception raised while
+scoring a prefetched batch is raised there too. At most `max_prefetched` batches wait untaken:
+the oldest is dropped (not cancelled: its programs may share in-flight runs with a newer batch;
+it finishes on the executor, its results fill the runner's memo, and an error is logged).
+
 Layering: rewards never imports train; the caller hands in `to_program` (completion -> program
 source) and a scorer with `async ascore(examples, programs)` returning `.results` and `.rewards`.
 """
@@ -21,6 +33,9 @@ source) and a scorer with `async ascore(examples, programs)` returning `.results
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -31,6 +46,7 @@ from rewards.compose import RewardBatch
 from rewards.diagnostics import diagnostics
 
 TOTAL = "total"
+logger = logging.getLogger(__name__)
 
 
 class Scored(Protocol):
@@ -59,6 +75,47 @@ class ScoredCompletions:
     scored: Scored
 
 
+@dataclass(frozen=True)
+class BatchTiming:
+    """Wall time of one batch's scoring (execution and composition) and how much of it the reward
+    call waited for; the rest ran hidden behind what the trainer did between generation and rewards."""
+
+    prefetched: bool
+    scoring_s: float
+    waited_s: float
+
+    @property
+    def hidden_s(self) -> float:
+        return max(self.scoring_s - self.waited_s, 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prefetched": self.prefetched, "scoring_s": self.scoring_s, "waited_s": self.waited_s}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BatchTiming:
+        return cls(bool(data["prefetched"]), float(data["scoring_s"]), float(data["waited_s"]))
+
+
+@dataclass(frozen=True)
+class _Executed:
+    examples: list[Example]
+    programs: list[str]
+    scored: Scored
+    finished: float  # perf_counter when scoring ended
+
+
+@dataclass
+class _Batch:
+    """One batch on trl's loop: its scoring task and, once the reward functions arrive, the task
+    that reports it (once) and how many reward functions have yet to take it."""
+
+    scoring: asyncio.Future
+    started: float
+    prefetched: bool
+    report: asyncio.Future | None = None
+    consumers_left: int = 0
+
+
 class TrlRewardAdapter:
     def __init__(
         self,
@@ -68,16 +125,23 @@ class TrlRewardAdapter:
         components: Sequence[str],
         on_batch: Callable[[ScoredCompletions], None] | None = None,
         id_column: str = "example_id",
+        max_prefetched: int = 2,
     ):
         if TOTAL in components:
             raise ValueError(f"a reward component may not be called {TOTAL!r}: that name is the composed total")
+        if max_prefetched < 1:
+            raise ValueError(f"max_prefetched must be at least 1, got {max_prefetched}")
         self.scorer = scorer
         self.examples = examples
         self.to_program = to_program
         self.components = list(components)
         self.on_batch = on_batch
         self.id_column = id_column
-        self._pending: dict[int, list[Any]] = {}  # id(completions) -> [task, consumers left]
+        self.max_prefetched = max_prefetched
+        self.timings: deque[BatchTiming] = deque(maxlen=1000)  # the latest batches, for benches and tests
+        # Touched only from the loop the reward functions run on (trl's): no lock needed.
+        self._batches: OrderedDict[tuple, _Batch] = OrderedDict()
+        self._dropped: set[asyncio.Future] = set()  # dropped prefetches still running (kept referenced)
 
     @property
     def reward_funcs(self) -> list[Callable[..., Any]]:
@@ -90,6 +154,47 @@ class TrlRewardAdapter:
     def reward_weights(self) -> list[float]:
         return [1.0] + [0.0] * len(self.components)
 
+    def prefetch(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        example_ids: Sequence[str],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Start scoring a batch now on `loop` (the loop the reward functions will run on: trl's
+        `async_loop`), from another thread; returns once the task is registered, not when it ends.
+        `prompts` and `completions` as trl will pass them to the reward functions."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("prefetch blocks until the loop registers the batch: call it from another thread")
+        asyncio.run_coroutine_threadsafe(self._register(prompts, completions, example_ids), loop).result()
+
+    async def _register(self, prompts: Sequence[Any], completions: Sequence[Any], example_ids: Sequence[str]) -> None:
+        prompt_texts, texts, ids = [_text(p) for p in prompts], [_text(c) for c in completions], list(example_ids)
+        key = _key(ids, prompt_texts, texts)
+        if key in self._batches:  # the same content already scoring: one run serves both
+            return
+        task = asyncio.ensure_future(self._execute(prompt_texts, texts, ids))
+        self._batches[key] = _Batch(task, time.perf_counter(), prefetched=True)
+        waiting = [k for k, b in self._batches.items() if b.report is None]
+        for old in waiting[: max(len(waiting) - self.max_prefetched, 0)]:
+            self._drop(self._batches.pop(old).scoring)
+
+    def _drop(self, task: asyncio.Future) -> None:
+        """A prefetched batch nobody took: let it finish (cancelling could cancel executor runs a
+        newer batch shares), keep it referenced until then, and say if it failed."""
+        logger.warning("a prefetched batch was never taken by the reward functions; dropping it")
+        self._dropped.add(task)
+        task.add_done_callback(self._dropped_done)
+
+    def _dropped_done(self, task: asyncio.Future) -> None:
+        self._dropped.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("scoring a dropped prefetched batch failed: %r", task.exception())
+
     def _make(self, name: str, pick: Callable[[Scored, int], float | None]) -> Callable[..., Any]:
         async def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float | None]:
             scored = await self._shared(prompts, completions, kwargs)
@@ -98,38 +203,55 @@ class TrlRewardAdapter:
         reward.__name__ = reward.__qualname__ = name
         return reward
 
-    async def _shared(self, prompts: list[str], completions: list[str], kwargs: dict[str, Any]) -> Scored:
-        # trl passes the same `completions` list to every reward function of one batch.
-        key = id(completions)
-        entry = self._pending.get(key)
-        if entry is None:
-            entry = [asyncio.ensure_future(self._score(prompts, completions, kwargs)), 1 + len(self.components)]
-            self._pending[key] = entry
-        entry[1] -= 1
-        if entry[1] == 0:
-            del self._pending[key]
-        return await entry[0]
-
-    async def _score(self, prompts: list[str], completions: list[str], kwargs: dict[str, Any]) -> Scored:
+    async def _shared(self, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any]) -> Scored:
+        # trl calls every reward function of one batch with the same prompts, completions and columns.
         if self.id_column not in kwargs:
             raise ValueError(f"the training dataset needs an {self.id_column!r} column naming each example")
-        texts = [_text(c) for c in completions]
-        prompt_texts = [_text(p) for p in prompts]
+        prompt_texts, texts, ids = (
+            [_text(p) for p in prompts],
+            [_text(c) for c in completions],
+            list(kwargs[self.id_column]),
+        )
+        key = _key(ids, prompt_texts, texts)
+        batch = self._batches.get(key)
+        now = time.perf_counter()
+        if batch is None:
+            batch = _Batch(asyncio.ensure_future(self._execute(prompt_texts, texts, ids)), now, prefetched=False)
+            self._batches[key] = batch
+        if batch.report is None:  # the first reward function of this batch
+            batch.consumers_left = 1 + len(self.components)
+            batch.report = asyncio.ensure_future(self._report(batch, now, prompt_texts, texts, kwargs))
+        batch.consumers_left -= 1
+        if batch.consumers_left == 0:
+            del self._batches[key]
+        return await batch.report
+
+    async def _execute(self, prompt_texts: list[str], texts: list[str], ids: list[str]) -> _Executed:
         try:
-            examples = [self.examples[i] for i in kwargs[self.id_column]]
+            examples = [self.examples[i] for i in ids]
         except KeyError as exc:
             raise KeyError(f"example id {exc.args[0]!r} of the batch is not among the training examples") from None
         programs = [self.to_program(p, c) for p, c in zip(prompt_texts, texts, strict=True)]
         scored = await self.scorer.ascore(examples, programs)
+        return _Executed(examples, programs, scored, time.perf_counter())
+
+    async def _report(
+        self, batch: _Batch, arrived: float, prompt_texts: list[str], texts: list[str], kwargs: dict[str, Any]
+    ) -> Scored:
+        done = await batch.scoring  # an exception while scoring (prefetched or not) surfaces here
+        timing = BatchTiming(batch.prefetched, done.finished - batch.started, max(done.finished - arrived, 0.0))
+        self.timings.append(timing)
         log_metric = kwargs.get("log_metric")
         if log_metric is not None:
-            for key, value in self.batch_metrics(examples, programs, scored).items():
+            for key, value in self.batch_metrics(done.examples, done.programs, done.scored).items():
                 log_metric(key, value)
+            log_metric("timing/scoring_s", timing.scoring_s)
+            log_metric("timing/scoring_hidden_s", timing.hidden_s)
         if self.on_batch is not None:
             state = kwargs.get("trainer_state")
             step = int(getattr(state, "global_step", 0) or 0)
-            self.on_batch(ScoredCompletions(step, prompt_texts, texts, examples, programs, scored))
-        return scored
+            self.on_batch(ScoredCompletions(step, prompt_texts, texts, done.examples, done.programs, done.scored))
+        return done.scored
 
     def batch_metrics(self, examples: Sequence[Example], programs: Sequence[str], scored: Scored) -> dict[str, float]:
         """Execution-status rates, reward-hacking diagnostics and the tool cache hit rate."""
@@ -153,3 +275,8 @@ def _text(value: Any) -> str:
     if isinstance(value, list) and value and isinstance(value[-1], dict):
         return str(value[-1].get("content", ""))
     raise TypeError(f"expected text or a list of messages, got {type(value).__name__}")
+
+
+def _key(ids: list[str], prompt_texts: list[str], texts: list[str]) -> tuple:
+    """A batch by content: what the reward functions will see, whatever list objects carry it."""
+    return (tuple(ids), tuple(prompt_texts), tuple(texts))

@@ -5,6 +5,7 @@ each file builds accelerate's FSDP / DeepSpeed plugin, whose checks (FSDP versio
 dict type, ZeRO stage, offload devices) then run. No GPU and no DeepSpeed install needed."""
 
 import os
+import warnings
 from pathlib import Path
 from unittest import mock
 
@@ -80,3 +81,17 @@ def test_the_launcher_accepts_it_and_builds_its_plugin(path):
             assert args.multi_gpu and not args.use_fsdp and not args.use_deepspeed
         else:
             assert not (args.multi_gpu or args.use_fsdp or args.use_deepspeed) and args.num_processes == 1
+
+
+def test_a_run_that_silently_lost_its_sharding_warns(monkeypatch):
+    from types import SimpleNamespace
+
+    from train.rl_loop import check_sharding
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
+    with pytest.warns(RuntimeWarning, match="launched with FSDP"):
+        check_sharding(SimpleNamespace(is_fsdp_enabled=False, is_deepspeed_enabled=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_sharding(SimpleNamespace(is_fsdp_enabled=True, is_deepspeed_enabled=False))

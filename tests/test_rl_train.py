@@ -342,3 +342,45 @@ def test_rest_with_two_processes_samples_once_and_trains_on_both(tmp_path, asset
     kept = (iterations / "iter-0" / "kept.jsonl").read_text().splitlines()
     assert len(kept) == summary["kept"]
     assert _lora_b_norm(run / "adapter") > 0  # LoRA B starts at zero: the DDP SFT step moved it
+
+
+def test_execution_starts_before_the_reward_call(tmp_path, assets, monkeypatch):
+    """RLOO computes old and reference log-probabilities between generation and the reward call:
+    with `overlap_execution` (the default) each batch's programs start before those passes and are
+    executed once; training still moves the adapter."""
+    from train.rl import main
+    from train.rl_trainers import ProgramRLOOTrainer
+    from train.scoring import ProgramScorer
+
+    events: list[str] = []
+
+    def record(cls, name, label):
+        original = getattr(cls, name)
+        if name == "ascore":
+
+            async def wrapper(self, *args, **kwargs):
+                events.append(label)
+                return await original(self, *args, **kwargs)
+
+        else:
+
+            def wrapper(self, *args, **kwargs):
+                events.append(label)
+                return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapper)
+
+    record(ProgramScorer, "ascore", "execute")
+    record(ProgramRLOOTrainer, "_get_per_token_logps_and_entropies", "logps")
+    record(ProgramRLOOTrainer, "_calculate_rewards", "rewards")
+    main(["--config", str(_recipe(tmp_path, assets, algorithm="rloo", max_steps=2))])
+    assert events.count("rewards") == 2 and events[-1] != "execute"
+    segments = "|".join(events).split("rewards")[:-1]  # what happened before each reward call
+    for segment in segments:
+        before = segment.strip("|").split("|")
+        assert before.count("execute") == 1, events
+        # the old and reference passes (the last two before the call) ran after execution started
+        assert before[-2:] == ["logps", "logps"] and before.index("execute") < len(before) - 2, events
+    _assert_learned_something(tmp_path / "run")
+    logged = [m for m in _metrics(tmp_path / "run") if "loss" in m]
+    assert all(m["timing/scoring_s"] >= m["timing/scoring_hidden_s"] >= 0 for m in logged)

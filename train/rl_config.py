@@ -95,6 +95,9 @@ class RewardArgs:
     stop_at_program_end: bool = field(
         default=True, metadata={"help": "cut completions at the first stop sequence after the function"}
     )
+    overlap_execution: bool = field(
+        default=True, metadata={"help": "run the programs while trl computes log-probabilities, not after"}
+    )
     rollout_traces: bool = field(default=True, metadata={"help": "keep tool-call traces in rollouts.jsonl"})
     program_table_steps: int = field(default=50, metadata={"help": "wandb table of programs every N steps"})
 

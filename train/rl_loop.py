@@ -1,9 +1,15 @@
 """GRPO / RLOO through trl: the policy, the prompts as a dataset, the composed reward as
-`reward_funcs`, the run-folder callbacks, train (resuming from a checkpoint), save the adapter."""
+`reward_funcs`, the run-folder callbacks, train (resuming from a checkpoint), save the adapter.
+
+With `overlap_execution` (the default) each batch's programs start executing right after
+generation, while trl computes the old and reference log-probabilities, instead of when trl calls
+the reward functions (`train.rl_trainers`, `TrlRewardAdapter.prefetch`)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +71,12 @@ def build_trainer(
             ProgramTable(recorder, cfg.rewards.program_table_steps),
         ],
     )
-    trainer.setup_program_training(stops, cfg.rewards.filter_zero_variance)
+    trainer.setup_program_training(
+        stops,
+        cfg.rewards.filter_zero_variance,
+        reward_adapter=adapter,
+        overlap_execution=cfg.rewards.overlap_execution,
+    )
     return trainer, recorder
 
 
@@ -80,7 +91,33 @@ def train_rl(
 ) -> Path:
     device = state.device if cfg.policy.load_in_4bit else None
     trainer, _ = build_trainer(cfg, prompted, composer, runner, run_dir, device)
+    check_sharding(trainer)
     trainer.train(resume_from_checkpoint=str(checkpoint[1]) if checkpoint else None)
     out = run_dir / runs.ADAPTER_DIR
+    if trainer.is_fsdp_enabled:
+        # transformers' save_model writes nothing under FSDP unless the state dict is gathered whole
+        # (trl's default is sharded): the adapter would silently be missing.
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     trainer.save_model(str(out))  # the peft adapter (safetensors) and the tokenizer, main process only
     return out
+
+
+def check_sharding(trainer: Any) -> None:
+    """Warn when `accelerate launch` was asked for FSDP or DeepSpeed and the run is plain data
+    parallel instead: accelerate does that without a word on CPU (docs/distributed.md), and on a
+    GPU the unsharded model may then not fit."""
+    asked = [
+        name
+        for name, var, enabled in (
+            ("FSDP", "ACCELERATE_USE_FSDP", trainer.is_fsdp_enabled),
+            ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED", trainer.is_deepspeed_enabled),
+        )
+        if os.environ.get(var, "false").lower() == "true" and not enabled
+    ]
+    for name in asked:
+        message = (
+            f"accelerate was launched with {name}, but the trainer is not using it (accelerate runs CPU jobs as "
+            "plain data parallel): every process holds the whole model"
+        )
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        logger.warning(message)

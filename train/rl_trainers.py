@@ -10,6 +10,14 @@
   from its token count, so for token-normalised losses (dapo, bnpo, dr_grpo) the step is as if
   the groups had not been sampled. For per-sequence means (loss_type grpo, RLOO) they contribute
   zero but still count in the mean. trl itself only reports `frac_reward_zero_std`.
+- Execution overlaps the log-probability passes. trl's step is: generate, compute the old
+  log-probabilities (RLOO always; GRPO with vLLM importance sampling or when generation and
+  optimisation steps are misaligned) and the reference ones (beta > 0), then call the reward
+  functions, which run the programs. With `overlap_execution`, each process hands its own
+  completions to the `TrlRewardAdapter` as soon as `_generate` returns, so the programs run in
+  their sandboxes (and the rewards are composed) while the forward passes run; the reward call
+  then only waits for what is left. Without a pass in between (GRPO on transformers with beta 0)
+  there is nothing to hide behind, and the order is as before.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer, RLOOTrainer
+
+from rewards.trl_adapter import TrlRewardAdapter
 
 
 def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str]) -> int:
@@ -43,11 +53,42 @@ class ProgramTrainerMixin:
 
     stop_sequences: tuple[str, ...] = ()
     filter_zero_variance: bool = False
+    reward_adapter: TrlRewardAdapter | None = None
+    overlap_execution: bool = False
+    completions_at: int  # where `_generate` returns the completions (trl's tuples differ per trainer)
     _last_rewards_per_func: torch.Tensor | None = None
+    _batch_inputs: list[dict[str, Any]] | None = None
 
-    def setup_program_training(self, stop_sequences: Sequence[str], filter_zero_variance: bool) -> None:
+    def setup_program_training(
+        self,
+        stop_sequences: Sequence[str],
+        filter_zero_variance: bool,
+        reward_adapter: TrlRewardAdapter | None = None,
+        overlap_execution: bool = True,
+    ) -> None:
+        """`reward_adapter`: the adapter whose reward functions the trainer was given; with
+        `overlap_execution` its scoring starts right after generation instead of at the reward call."""
         self.stop_sequences = tuple(stop_sequences)
         self.filter_zero_variance = filter_zero_variance
+        self.reward_adapter = reward_adapter
+        self.overlap_execution = overlap_execution and reward_adapter is not None
+
+    def _generate(self, prompts):
+        out = super()._generate(prompts)
+        inputs = self._batch_inputs
+        loop = getattr(self, "async_loop", None)  # trl starts it when a reward function is async
+        if not self.overlap_execution or inputs is None or loop is None:
+            return out
+        completions = out[self.completions_at]
+        if not isinstance(completions, list) or len(completions) != len(inputs):
+            raise RuntimeError(
+                f"{type(self).__name__}: expected the completions at position {self.completions_at} of what "
+                "trl's `_generate` returns; this trl version returns something else there"
+            )
+        column = self.reward_adapter.id_column
+        if all(column in x for x in inputs):  # without it the reward call raises the clear error
+            self.reward_adapter.prefetch(prompts, completions, [x[column] for x in inputs], loop)
+        return out
 
     def _generate_single_turn(self, *args, **kwargs):
         out = super()._generate_single_turn(*args, **kwargs)
@@ -66,7 +107,11 @@ class ProgramTrainerMixin:
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
+        self._batch_inputs = inputs  # this process's rows; `_generate` only sees the prompts
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._batch_inputs = None
         mode = "train" if self.model.training else "eval"
         group = self.num_generations if mode == "train" else self.num_generations_eval
         zero = zero_variance_groups(self._last_rewards_per_func, self.reward_weights, group)
@@ -103,11 +148,11 @@ def zero_variance_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, 
 
 
 class ProgramGRPOTrainer(ProgramTrainerMixin, GRPOTrainer):
-    pass
+    completions_at = 3  # (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...)
 
 
 class ProgramRLOOTrainer(ProgramTrainerMixin, RLOOTrainer):
-    pass
+    completions_at = 2  # (prompt_ids, completion_ids, completions)
 
 
 TRAINERS = {"grpo": ProgramGRPOTrainer, "rloo": ProgramRLOOTrainer}
