@@ -5,6 +5,8 @@ vs one-at-a-time calls to a tiny neural tool. Prints figures; asserts nothing.
 
 Targets (2 slots, 2 cores, every isolation layer on): >= 3,000 trivial programs/min, median sandbox
 overhead <= 5 ms per program, >= half of the tool calls served from cache in the GRPO-like run.
+The overhead is printed three ways: amortized over a batch, per program when all are submitted at
+once (which includes queueing for the cores), and per program submitted alone.
 Wall-clock figures need a machine to ourselves; the CPU-per-program figure does not.
 """
 
@@ -74,11 +76,13 @@ class SlowOracle(OracleBackend):
         return super().run(tool, calls)
 
 
-def process_tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and of the children it has reaped (the supervisor and its sandboxes)."""
+def process_tree_stat(pid: int) -> tuple[float, int, int]:
+    """CPU seconds of a process and of the children it has reaped (the supervisor and its sandboxes),
+    and the minor page faults of each side."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
-    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    cpu = sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return cpu, int(fields[7]), int(fields[8])
 
 
 def pct(values, q):
@@ -95,6 +99,10 @@ def bench_sandbox_vs_inprocess(scenes, examples, n_programs: int, slots: int, sp
         (examples[i % len(examples)], TEMPLATES[i % 3].format(a=rng.choice(NAMES), b=rng.choice(NAMES)) + f"# {i}\n")
         for i in range(min(n_programs, 400))
     ]
+    # Programs not run before: the runner answers a program it has run on an example from its cache.
+    one_by_one = [
+        (examples[i % len(examples)], f"def execute_command(image):\n    return {-i}\n") for i in range(1, 201)
+    ]
     figures = {}
     for mode in ("full", "none"):
         host = ToolHost(OracleBackend(ImageStore(), scenes=scenes))
@@ -103,41 +111,69 @@ def bench_sandbox_vs_inprocess(scenes, examples, n_programs: int, slots: int, sp
             warnings.simplefilter("ignore")
             r.run(trivial[:20])
             supervisor = r.runner.supervisor.pid if r.runner.supervisor else None
-            cpu0 = time.process_time() + (process_tree_cpu(supervisor) if supervisor else 0.0)
+            stat0 = process_tree_stat(supervisor) if supervisor else (0.0, 0, 0)
+            cpu0 = time.process_time() + stat0[0]
             t0 = time.perf_counter()
             out = r.run(trivial[20:])
-            trivial_rate = 60 * len(out) / (time.perf_counter() - t0)
-            cpu = time.process_time() + (process_tree_cpu(supervisor) if supervisor else 0.0) - cpu0
+            wall = time.perf_counter() - t0
+            stat1 = process_tree_stat(supervisor) if supervisor else (0.0, 0, 0)
+            cpu = time.process_time() + stat1[0] - cpu0
+            faults = ((stat1[1] - stat0[1]) / len(out), (stat1[2] - stat0[2]) / len(out))
             t0 = time.perf_counter()
             tool_out = r.run(normal)
             normal_rate = 60 * len(tool_out) / (time.perf_counter() - t0)
-        assert all(x.status == "ok" for x in out), {x.status for x in out}
-        figures[mode] = (trivial_rate, normal_rate, out, tool_out, cpu / len(out))
+            # One program at a time: what a program waits for when it does not queue behind others.
+            alone = [r.run([pair])[0] for pair in one_by_one]
+        assert all(x.status == "ok" for x in out + alone), {x.status for x in out + alone}
+        figures[mode] = {
+            "rate": 60 * len(out) / wall,
+            "wall_per_program": wall / len(out),
+            "normal_rate": normal_rate,
+            "out": out,
+            "tool_out": tool_out,
+            "alone": alone,
+            "cpu": cpu / len(out),
+            "faults": faults,
+        }
         host.close()
-    overhead_trivial = [s.duration_s - n.duration_s for s, n in zip(figures["full"][2], figures["none"][2])]
-    # Tool-host waits (batching windows, the cache) are not sandbox overhead: both sides leave them out.
-    overhead_tools = [
-        (s.duration_s - s.rpc_wait_s) - (n.duration_s - n.rpc_wait_s)
-        for s, n in zip(figures["full"][3], figures["none"][3])
-    ]
+    full, none = figures["full"], figures["none"]
+    overhead = {
+        "trivial, queued": [s.duration_s - n.duration_s for s, n in zip(full["out"], none["out"])],
+        # Tool-host waits (batching windows, the cache) are not sandbox overhead: both sides leave them out.
+        "tool-using, queued": [
+            (s.duration_s - s.rpc_wait_s) - (n.duration_s - n.rpc_wait_s)
+            for s, n in zip(full["tool_out"], none["tool_out"])
+        ],
+        "trivial, one at a time": [s.duration_s - n.duration_s for s, n in zip(full["alone"], none["alone"])],
+    }
     load = os.getloadavg()[0]
     print(f"\n== sandbox (all layers, {slots} slots, spawn {spawn}) vs in-process (no isolation, serial) ==")
     print(f"(load average {load:.1f} on {os.cpu_count()} cores when the run started; wall-clock figures assume the")
     print(" machine is ours: other work on it lengthens them, the CPU figures below do not depend on it)")
     print(f"{'':34}{'sandbox':>12}{'in-process':>12}")
-    print(f"{'trivial programs / min':34}{figures['full'][0]:12,.0f}{figures['none'][0]:12,.0f}")
-    print(f"{'tool-using programs / min':34}{figures['full'][1]:12,.0f}{figures['none'][1]:12,.0f}")
-    for name, values in (("trivial", overhead_trivial), ("tool-using", overhead_tools)):
+    print(f"{'trivial programs / min':34}{full['rate']:12,.0f}{none['rate']:12,.0f}")
+    print(f"{'tool-using programs / min':34}{full['normal_rate']:12,.0f}{none['normal_rate']:12,.0f}")
+    amortized = 1000 * (full["wall_per_program"] - none["wall_per_program"])
+    print(
+        f"sandbox overhead per trivial program, amortized (wall per program, sandbox - in-process): {amortized:.2f} ms"
+    )
+    for name, values in overhead.items():
         print(
             f"sandbox overhead per {name} program: median {1000 * statistics.median(values):.2f} ms, "
             f"p99 {1000 * pct(values, 0.99):.2f} ms (start to result, minus the in-process run and tool waits)"
         )
-    sandbox_cpu, inprocess_cpu = figures["full"][4], figures["none"][4]
     print(
-        f"CPU per trivial program (runner + supervisor + sandboxes): {1000 * sandbox_cpu:.2f} ms vs "
-        f"{1000 * inprocess_cpu:.2f} ms in-process; at that cost {slots} cores run "
-        f"{60 * min(slots, os.cpu_count() or 1) / sandbox_cpu:,.0f} programs / min"
+        f"CPU per trivial program (runner + supervisor + sandboxes): {1000 * full['cpu']:.2f} ms vs "
+        f"{1000 * none['cpu']:.2f} ms in-process; at that cost {slots} cores run "
+        f"{60 * min(slots, os.cpu_count() or 1) / full['cpu']:,.0f} programs / min"
     )
+    print(
+        f"page faults per trivial program: supervisor {full['faults'][0]:.0f}, sandboxes {full['faults'][1]:.0f} "
+        "(pages a fork shares and a write copies: most of a sandbox's cost)"
+    )
+    print("(queued: all programs submitted at once, so each waits for the cores behind the other slot's program,")
+    print(" the making of spares and the tearing down of finished sandboxes: with slots = cores it is about the")
+    print(" CPU per program. One at a time: the sandbox's own latency. Amortized: its cost to a batch.)")
 
 
 def bench_grpo_cache(scenes, examples, n_questions: int, slots: int) -> None:
