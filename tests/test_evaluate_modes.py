@@ -198,3 +198,17 @@ def test_fallback_is_reported_separately(world, tasks, runners):
         with_fb = dataset_metrics(examples, preds, use_fallback=True)
         assert with_fb.rates["fallback_rate"] > 0 and without.rates["fallback_rate"] == 0
         assert headline_value(with_fb) > headline_value(without)
+
+
+def test_itm_fallback_compares_the_pair_s_two_captions(tasks, runners):
+    """The fallback's CLIP-style baseline on image-text matching: the caption against the other
+    caption of its pair. Against a neutral alternative it answered "yes" to nearly everything."""
+    runner = runners[0]
+    for name in ("winoground", "sugarcrepe"):
+        examples = tasks[name]
+        assert all("other_caption" in e.meta for e in examples)
+        results = runner.run([(e, fallback_program(e)) for e in examples])
+        assert all(r.status == "ok" for r in results), {r.status for r in results}
+        answers = [r.answer for r in results]
+        accuracy = sum(a == e.answers[0] for a, e in zip(answers, examples)) / len(examples)
+        assert "no" in answers and accuracy > 0.6, (name, accuracy)

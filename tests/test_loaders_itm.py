@@ -38,7 +38,7 @@ def test_winoground_fixture_gives_four_pairings_per_example():
     assert all(e.task == "itm" and e.group == "Noun" for e in first)
     assert first[3].meta == {
         "winoground_id": "0", "image_index": 1, "caption_index": 1, "caption": "a young person kisses an old person",
-        "image_name": "ex_0_img_1", "tag": "Noun", "secondary_tag": "", "num_main_preds": 1, "collapsed_tag": "Object",
+        "other_caption": "an old person kisses a young person", "image_name": "ex_0_img_1", "tag": "Noun", "secondary_tag": "", "num_main_preds": 1, "collapsed_tag": "Object",
     }  # fmt: skip
     assert exs[4].group == "Adjective-Size"
 
@@ -142,6 +142,8 @@ def test_sugarcrepe_fixture_gives_positive_and_negative_per_entry():
     assert neg.query == 'Verify image matches text="A person carrying a skateboard down a street."'
     assert pos.image == neg.image == str(FIX / "sugarcrepe" / "val2017" / "000000087038.jpg")
     assert pos.meta["entry"] == neg.meta["entry"] == "replace_rel/0"
+    # each side knows its pair's other caption (the fallback's CLIP baseline compares the two)
+    assert pos.meta["other_caption"] == neg.meta["caption"] and neg.meta["other_caption"] == pos.meta["caption"]
 
 
 def test_sugarcrepe_query_template_and_categories(tmp_path):

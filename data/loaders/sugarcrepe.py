@@ -76,6 +76,7 @@ def load_sugarcrepe_file(
                         "index": str(idx),
                         "polarity": polarity,
                         "caption": caption,
+                        "other_caption": captions["neg" if polarity == "pos" else "pos"],
                         "filename": filename,
                     },
                 )

@@ -75,6 +75,7 @@ def load_winoground(
                             "image_index": i,
                             "caption_index": j,
                             "caption": captions[j],
+                            "other_caption": captions[1 - j],
                             "image_name": images[i],
                             "tag": tag,
                             **extra,
