@@ -98,6 +98,7 @@ def test_tiny_bootstrap_writes_a_loadable_policy_and_caches(tmp_path, capsys):
     assert saved["mixture"] and all("targets" in v for v in saved["mixture"].values())
     model, tok = load_policy(out)
     assert model.config.num_hidden_layers == 1 and tok.bos_token == "<|bos|>"
+    assert model.config.use_cache and model.generation_config.use_cache  # decoders load it with the KV cache
     mtime = (out / "model.safetensors").stat().st_mtime_ns
     capsys.readouterr()
     again = main(["--out", str(out), "--seed", "1", *TINY])

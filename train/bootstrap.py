@@ -263,6 +263,10 @@ def run(cfg: BootstrapConfig) -> dict[str, Any]:
     t = time.perf_counter()
     training = sft(model, tokenizer, pairs, cfg, out / "sft")
     timings["sft_s"] = time.perf_counter() - t
+    # SFT turned the KV cache off for training; whoever loads the policy next decodes with it, and
+    # without it generation is many times slower (trl's GRPO generates with the saved setting).
+    model.config.use_cache = True
+    model.generation_config.use_cache = True
     model.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save_pretrained(str(out))
 

@@ -96,6 +96,7 @@ class HFGenerator:
                         top_p=None if greedy else sampling.top_p,
                         top_k=None,
                         pad_token_id=tok.pad_token_id,
+                        use_cache=True,  # a policy saved from training may say otherwise; nothing trains here
                         stop_strings=list(sampling.stop) or None,
                         tokenizer=tok,
                     )
