@@ -4,12 +4,18 @@ original "fork") give the same isolation; the pooled network namespaces never le
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 from test_sandbox import CANARY, SANDBOX_UID_BASE, make_world, sandbox_pids
 
 from executor.runner import RunnerConfig, SyncRunner
 from executor.sandbox import syscalls
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SPAWNS = ["clone", "fork"]
 
@@ -81,14 +87,35 @@ def test_programs_never_meet_on_a_socket(world, spawn):
     assert first.answer == "bound" and second.answer.startswith("refused"), (first, second)
 
 
+CLONE_CHECK = """
+import os, sys
+from executor.sandbox import syscalls
+pid = syscalls.fork_into_namespaces(syscalls.CLONE_NEWPID | syscalls.CLONE_NEWUTS)
+if pid == 0:
+    os._exit(0 if os.getpid() == 1 and os.getppid() == 0 else 1)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def test_fork_into_namespaces_makes_the_child_pid_one():
     if os.geteuid() != 0:
         pytest.skip("new pid namespaces need root")
-    pid = syscalls.fork_into_namespaces(syscalls.CLONE_NEWPID | syscalls.CLONE_NEWUTS)
-    if pid == 0:  # pragma: no cover - runs in the child
-        os._exit(0 if os.getpid() == 1 and os.getppid() == 0 else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    # In a fresh single-threaded interpreter, as the supervisor is: pytest has threads.
+    done = subprocess.run([sys.executable, "-c", CLONE_CHECK], cwd=ROOT, timeout=60)
+    assert done.returncode == 0
+
+
+def test_fork_into_namespaces_refuses_a_threaded_process():
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)
+    worker.start()
+    try:
+        with pytest.raises(RuntimeError, match="single-threaded"):
+            syscalls.fork_into_namespaces(syscalls.CLONE_NEWUTS)
+    finally:
+        release.set()
+        worker.join()
 
 
 def _gone(seconds: float = 2.0) -> bool:

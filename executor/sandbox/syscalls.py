@@ -73,11 +73,17 @@ def fork_into_namespaces(flags: int) -> int:
 
     Python's own fork bookkeeping runs around it (`PyOS_BeforeFork` / `PyOS_AfterFork_*`: import
     lock, GIL, at-fork hooks), as in `os.fork`. glibc's fork handlers do not run: they guard locks
-    that other threads could hold, and the supervisor that calls this is single-threaded. The one
+    that other threads could hold, and the supervisor that calls this is single-threaded (checked:
+    a process with other threads gets a RuntimeError). The one
     piece of glibc state left stale in the child is the cached thread id, which only matters to
     pthread_kill on another thread of the same process; the child (a namespace's init) only
     chroots, forks with glibc's fork (which refreshes the cache) and waits.
     """
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        # Another thread may hold a lock (malloc's, say) that glibc's fork would have reset and this
+        # clone does not: the child would hang on it.
+        raise RuntimeError(f"fork_into_namespaces needs a single-threaded process; this one has {threads} threads")
     number = _clone_syscall_number()
     _before_fork()
     pid = _syscall(ctypes.c_long(number), ctypes.c_ulong(flags | SIGCHLD), ctypes.c_ulong(0), ctypes.c_ulong(0),
