@@ -14,6 +14,7 @@ from test_sandbox import CANARY, SANDBOX_UID_BASE, make_world, sandbox_pids
 
 from executor.runner import RunnerConfig, SyncRunner
 from executor.sandbox import syscalls
+from executor.sandbox.child import UIDS_PER_SLOT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +63,7 @@ def test_both_spawns_pass_the_canary(world, spawn):
     for result in results:
         assert result.status == "ok", result
         facts = result.answer
-        assert SANDBOX_UID_BASE <= facts["uid"] < SANDBOX_UID_BASE + 2
+        assert SANDBOX_UID_BASE <= facts["uid"] < SANDBOX_UID_BASE + 2 * UIDS_PER_SLOT
         # "clone": the program is its namespace's init; "fork": PID 2, under an init of ours
         assert facts["pid"] == (1 if spawn == "clone" else 2)
         assert facts["root"] == [] and facts["env"] == [] and facts["fds"] == [0, 1, 2, 3, 4]
@@ -125,3 +126,28 @@ def _gone(seconds: float = 2.0) -> bool:
     while sandbox_pids() and time.monotonic() < deadline:
         time.sleep(0.02)
     return not sandbox_pids()
+
+
+@pytest.mark.parametrize("spawn", SPAWNS)
+def test_a_fork_bomb_does_not_use_up_the_next_program_s_processes(world, spawn):
+    """RLIMIT_NPROC counts a uid's processes; a fork bomb's children may still be dying when the
+    slot's next program starts, so that program runs under another uid of the slot's range."""
+    host, examples = world
+    bomb = (
+        "def execute_command(image):\n    import os\n    n = 0\n    for _ in range(40):\n        try:\n"
+        "            if os.fork() == 0:\n                while True:\n                    pass\n            n += 1\n"
+        "        except OSError:\n            break\n    return n\n"
+    )
+    # As many sleeping children as the limit allows: all of them, unless the bomb's are still counted.
+    forks = (
+        "def execute_command(image):\n    import os, time\n    n = 0\n    for _ in range(15):\n        try:\n"
+        "            if os.fork() == 0:\n                time.sleep(5)\n                os._exit(0)\n            n += 1\n"
+        "        except OSError:\n            break\n    return [n, os.getuid()]\n"
+    )
+    with SyncRunner(host, RunnerConfig(slots=1, timeout_s=2.0, spawn=spawn)) as runner:
+        for i in range(3):
+            first, second = runner.run([(examples[0], bomb + f"# {i}\n"), (examples[0], forks + f"# {i}\n")])
+            assert first.status == "ok" and first.answer < 16, first
+            assert second.status == "ok" and second.answer[0] == 15, second
+            assert SANDBOX_UID_BASE <= second.answer[1] < SANDBOX_UID_BASE + UIDS_PER_SLOT
+    assert _gone()

@@ -14,6 +14,7 @@ from data.records import Example
 from executor.host import ToolHost
 from executor.runner import BatchRunner, RunnerConfig, SyncRunner
 from executor.sandbox import framing
+from executor.sandbox.child import UIDS_PER_SLOT
 from executor.sandbox.connection import SandboxUnavailable
 from executor.sandbox.probe import LAYERS, explain_missing, probe_layers
 from executor.tools.base import ImageStore
@@ -190,7 +191,7 @@ def test_canary_proves_isolation(runner, world):
     result = run_one(runner, examples[0], CANARY)
     assert result.status == "ok", result
     facts = result.answer
-    assert SANDBOX_UID_BASE <= facts["uid"] < SANDBOX_UID_BASE + 2
+    assert SANDBOX_UID_BASE <= facts["uid"] < SANDBOX_UID_BASE + 2 * UIDS_PER_SLOT
     assert facts["pid"] == 1  # the init of a fresh pid namespace (spawn "clone", the default)
     assert facts["root"] == []  # empty chroot: no /etc, no /proc, no /dev/shm
     assert facts["env"] == []

@@ -7,7 +7,7 @@ Process tree of one program (all forked, never exec'd, from the lean supervisor)
                      its own pid namespace; joins an empty network namespace of the pool
                      (netns.py); PDEATHSIG, setsid, chroot into an empty dir. Made ahead of its
                      task (a spare), it waits as root with nothing of ours for one task frame,
-                     then rlimits, per-slot uid, PDEATHSIG re-armed, NO_NEW_PRIVS, "ready", the
+                     then rlimits, a uid of its slot's, PDEATHSIG re-armed, NO_NEW_PRIVS, "ready", the
                      program
 
 spawn "fork" (the original path, kept as a fallback; two more processes and a fresh network
@@ -59,6 +59,10 @@ STDOUT_FD = 1  # and 2: the capped output pipe
 TO_SUPERVISOR_FD = 3  # frames the program side sends (rpc requests, the result)
 FROM_SUPERVISOR_FD = 4  # rpc replies
 SANDBOX_UID_BASE = 60000
+# Each slot takes its uids in turn from a range of its own: RLIMIT_NPROC counts a uid's processes
+# system-wide, so a program must not share its uid with the processes of the slot's previous
+# program, which may still be dying (a fork bomb's children) when the next one starts.
+UIDS_PER_SLOT = 8
 MAX_PIXELS = 4096 * 4096 * 3  # bytes of one image a program may build and register
 MAX_TASK = 256 << 20  # bytes of the task frame a spare receives (the supervisor's own cap on runner frames)
 
@@ -100,8 +104,13 @@ class Limits:
         return cls(**row)
 
 
+def sandbox_uid(slot: int, turn: int) -> int:
+    """The uid of a slot's `turn`-th sandbox."""
+    return SANDBOX_UID_BASE + slot * UIDS_PER_SLOT + turn % UIDS_PER_SLOT
+
+
 def start_sandbox(
-    slot: int,
+    uid: int,
     task: dict[str, Any],
     fds: tuple[int, int, int],
     root: str,
@@ -136,7 +145,7 @@ def start_sandbox(
         _init_then_program(root)
         # PID 2: the program.
         forget()
-        _drop_privileges(slot, task["timeout"], limits)
+        _drop_privileges(uid, task["timeout"], limits)
     except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
         _exit(1)
     _run(task, limits)
@@ -158,7 +167,7 @@ def _init_then_program(root: str) -> None:
 
 
 def start_init(
-    slot: int,
+    uid: int,
     fds: tuple[int, int, int],
     root: str,
     limits: Limits,
@@ -171,7 +180,7 @@ def start_init(
 
     The sandbox is made before its program is known (a spare, see supervisor.py): it waits,
     still root but already chrooted and holding nothing of the supervisor's state,
-    for one task frame on its reply pipe; only then does it drop to the slot's uid and limits and
+    for one task frame on its reply pipe; only then does it drop to its uid (`sandbox_uid`) and limits and
     say "ready".
 
     `getppid()` is 0 here (the supervisor is outside the pid namespace), so the "supervisor died
@@ -190,7 +199,7 @@ def start_init(
         _settle()
         _warm_up(limits)
         task = framing.recv_blocking(FROM_SUPERVISOR_FD, MAX_TASK)
-        _limit_and_become(slot, task["timeout"], limits)
+        _limit_and_become(uid, task["timeout"], limits)
     except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
         _exit(1)
     _run(task, limits)
@@ -223,9 +232,9 @@ def _wait_exit_code(pid: int, reap_all: bool = False) -> int:
             return 128 - code if code < 0 else min(code, 127)
 
 
-def _drop_privileges(slot: int, timeout: float, limits: Limits) -> None:
+def _drop_privileges(uid: int, timeout: float, limits: Limits) -> None:
     _settle()
-    _limit_and_become(slot, timeout, limits)
+    _limit_and_become(uid, timeout, limits)
 
 
 def _settle() -> None:
@@ -240,7 +249,7 @@ def _settle() -> None:
     seccomp.load_armed()
 
 
-def _limit_and_become(slot: int, timeout: float, limits: Limits) -> None:
+def _limit_and_become(uid: int, timeout: float, limits: Limits) -> None:
     cpu = math.ceil(timeout) + 1  # a backstop only: the supervisor enforces the wall deadline
     settings = {
         resource.RLIMIT_AS: limits.memory_mb << 20,
@@ -253,7 +262,6 @@ def _limit_and_become(slot: int, timeout: float, limits: Limits) -> None:
     for which, value in settings.items():
         resource.setrlimit(which, (value, value))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    uid = SANDBOX_UID_BASE + slot
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from executor.sandbox import framing, syscalls
-from executor.sandbox.child import start_init, start_sandbox
+from executor.sandbox.child import sandbox_uid, start_init, start_sandbox
 
 SPAWN_MODES = ("clone", "fork")  # see child.py for the two process trees
 # New namespaces of every sandbox; with spawn "clone" the network one comes from a pool (netns.py).
@@ -98,6 +98,7 @@ class Spawning:
         rep_r, rep_w = os.pipe()
         child_fds = (out_w, req_w, rep_r)
         netns = self.free_netns[-1]
+        uid = self._next_uid(slot)
         try:
             pid = syscalls.fork_into_namespaces(CLONE_FLAGS)
         except OSError:
@@ -106,7 +107,7 @@ class Spawning:
             raise
         if pid == 0:  # pragma: no cover - the child never returns
             enter = lambda: self.networks.enter(netns)  # noqa: E731
-            start_init(slot, child_fds, self.root, self.limits, enter, self._forget)
+            start_init(uid, child_fds, self.root, self.limits, enter, self._forget)
             os._exit(1)
         self.free_netns.pop()
         spare.netns = netns
@@ -126,6 +127,7 @@ class Spawning:
         rep_r, rep_w = os.pipe()
         payload = {"source": task.source, "inputs": task.inputs, "timeout": task.timeout}
         child_fds = (out_w, req_w, rep_r)
+        uid = self._next_uid(task.slot)
         try:
             pid = os.fork()
         except OSError:
@@ -133,12 +135,17 @@ class Spawning:
                 os.close(fd)
             raise
         if pid == 0:  # pragma: no cover - the child never returns
-            start_sandbox(task.slot, payload, child_fds, self.root, self.limits, self.pid, self._forget)
+            start_sandbox(uid, payload, child_fds, self.root, self.limits, self.pid, self._forget)
             os._exit(1)
         task.started = time.monotonic()
         task.source = ""  # the child has its copy; keep the supervisor's memory small
         self.tasks[task.id] = task
         self._adopt(task, pid, child_fds, out_r, req_r, rep_w)
+
+    def _next_uid(self, slot: int) -> int:
+        turn = self.uid_turns.get(slot, 0)
+        self.uid_turns[slot] = turn + 1
+        return sandbox_uid(slot, turn)
 
     def _adopt(self, task: Task, pid: int, child_fds, out_r: int, req_r: int, rep_w: int) -> None:
         for fd in child_fds:

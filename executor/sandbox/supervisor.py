@@ -42,7 +42,7 @@ from typing import Any  # noqa: E402
 
 from executor.program import BadReturn, to_plain  # noqa: E402
 from executor.sandbox import framing, seccomp, syscalls  # noqa: E402
-from executor.sandbox.child import Limits  # noqa: E402
+from executor.sandbox.child import UIDS_PER_SLOT, Limits  # noqa: E402
 from executor.sandbox.netns import SlotNetworks  # noqa: E402
 from executor.sandbox.outcome import classify_exit, clean, clean_text  # noqa: E402
 from executor.sandbox.probe import LAYERS, explain_missing, missing_layers, probe_layers  # noqa: E402
@@ -62,6 +62,7 @@ ROOT_PREFIX = "vprl-sandbox-root-"  # + supervisor pid: an empty, read-only dire
 CHILD_STATUSES = frozenset({"ok", "syntax_error", "runtime_error", "bad_return", "memory_limit", "infra_error"})
 RPC_METHODS = frozenset({"call", "pixels", "register"})
 NETNS_PER_SLOT = 3
+MAX_SANDBOX_UIDS = 999  # sandbox uids are 60000 + [0, 999); the layer probe runs as 60000 + 999
 
 
 class Supervisor(Spawning):
@@ -82,8 +83,11 @@ class Supervisor(Spawning):
             self.free_netns = list(range(NETNS_PER_SLOT * slots))
         self.spares: dict[int, Task] = {}  # slot -> its spare
         self.spare_failures = 0
+        if slots * UIDS_PER_SLOT > MAX_SANDBOX_UIDS:
+            raise ValueError(f"at most {MAX_SANDBOX_UIDS // UIDS_PER_SLOT} slots (each takes {UIDS_PER_SLOT} uids)")
         self.n_slots = slots
         self.free_slots = list(range(slots))
+        self.uid_turns: dict[int, int] = {}  # slot -> sandboxes made for it so far (child.sandbox_uid)
         self.queue: deque[Task] = deque()
         self.tasks: dict[int, Task] = {}  # started, not yet reaped
         self.by_pid: dict[int, Task] = {}
