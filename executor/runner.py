@@ -34,7 +34,8 @@ from executor.api import SourceImage, Video
 from executor.host import ToolHost
 from executor.program import program_key
 from executor.results import ExecutionResult, ToolCallRecord
-from executor.sandbox.child import Limits, encode_inputs
+from executor.sandbox.channel import encode_inputs
+from executor.sandbox.child import Limits
 from executor.sandbox.connection import SandboxUnavailable, SupervisorConnection
 from executor.sandbox.probe import LAYERS
 from executor.tools.base import ImageInfo, ToolCall, ToolError, ToolUnavailable, short_result

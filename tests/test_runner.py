@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from test_hostile import PROBES, PWNED, source_of
+from hostile_probes import PROBES, PWNED, source_of
 from test_sandbox import NORMAL, make_world, normal_program, sandbox_pids
 
 from data.records import write_jsonl

@@ -1,4 +1,5 @@
-"""Inside a sandbox: the isolation set-up after fork, the RPC client, and the one result frame.
+"""Inside a sandbox: the isolation set-up after fork, and running the program to its one result frame
+(the program's side of the channel is channel.py).
 
 Process tree of one program (all forked, never exec'd, from the lean supervisor), spawn "clone"
 (the default):
@@ -34,8 +35,6 @@ another program's result.
 
 from __future__ import annotations
 
-import base64
-import builtins
 import contextlib
 import fcntl
 import io
@@ -47,40 +46,28 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
-from executor.api import SourceImage, Video, bind_client
+from executor.api import SourceImage, bind_client
 from executor.program import execute_program
 from executor.sandbox import framing, seccomp, syscalls
-from executor.tools.base import ToolError, ToolUnavailable
+from executor.sandbox.channel import (
+    FROM_SUPERVISOR_FD,
+    STDOUT_FD,
+    TO_SUPERVISOR_FD,
+    ChannelClient,
+    decode_inputs,
+    restore_builtins,
+)
+from executor.tools.base import ToolUnavailable
 
-# Fixed descriptor numbers inside a sandbox.
-STDOUT_FD = 1  # and 2: the capped output pipe
-TO_SUPERVISOR_FD = 3  # frames the program side sends (rpc requests, the result)
-FROM_SUPERVISOR_FD = 4  # rpc replies
 SANDBOX_UID_BASE = 60000
 # Each slot takes its uids in turn from a range of its own: RLIMIT_NPROC counts a uid's processes
 # system-wide, so a program must not share its uid with the processes of the slot's previous
 # program, which may still be dying (a fork bomb's children) when the next one starts.
 UIDS_PER_SLOT = 8
-MAX_PIXELS = 4096 * 4096 * 3  # bytes of one image a program may build and register
 MAX_TASK = 256 << 20  # bytes of the task frame a spare receives (the supervisor's own cap on runner frames)
 
-# Captured before any program runs: a program may rebind builtins for everyone in its process.
+# Captured before any program runs: a program may rebind `os._exit` for everyone in its process.
 _exit = os._exit
-_len = builtins.len
-_isinstance = builtins.isinstance
-_dict = builtins.dict
-# The stdlib's JSON decoder looks `len` & co. up in the real builtins module, which a program can
-# rebind (`import builtins; builtins.len = ...`); they are put back before every frame we handle.
-_BUILTINS = dict(builtins.__dict__)
-_builtins_dict = builtins.__dict__
-
-
-def _restore_builtins() -> None:
-    for name, value in _BUILTINS.items():
-        if _builtins_dict.get(name) is not value:
-            _builtins_dict[name] = value
 
 
 @dataclass(frozen=True)
@@ -308,7 +295,7 @@ def _run(task: dict[str, Any], limits: Limits) -> None:
         status, error = outcome.status, outcome.error
         if status == "runtime_error" and (error or "").split(":", 1)[0].endswith("MemoryError"):
             status = "memory_limit"
-        _restore_builtins()
+        restore_builtins()
         # A closed or broken stdout is the program's doing; the result still goes.
         with contextlib.suppress(BaseException):
             out.flush()
@@ -318,86 +305,3 @@ def _run(task: dict[str, Any], limits: Limits) -> None:
     except BaseException:  # noqa: BLE001 — no result frame: the supervisor classifies the exit
         _exit(3)
     _exit(0)
-
-
-def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Inputs as JSON: a `SourceImage` becomes a tagged handle (ref and size, never pixels), a
-    `Video` a tagged list of them."""
-    out = {}
-    for name, value in inputs.items():
-        if isinstance(value, SourceImage):
-            out[name] = {"__source_image__": [value.ref, value.width, value.height]}
-        elif isinstance(value, Video):
-            out[name] = {"__video__": [[f.ref, f.width, f.height] for f in value.frames]}
-        else:
-            out[name] = value
-    return out
-
-
-def decode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for name, value in inputs.items():
-        if _isinstance(value, _dict) and "__source_image__" in value:
-            ref, width, height = value["__source_image__"]
-            out[name] = SourceImage(ref, width, height)
-        elif _isinstance(value, _dict) and "__video__" in value:
-            out[name] = Video([SourceImage(ref, width, height) for ref, width, height in value["__video__"]])
-        else:
-            out[name] = value
-    return out
-
-
-class ChannelClient:
-    """The `ToolClient` of a sandboxed program: each call is one blocking request/reply frame pair."""
-
-    def __init__(self, max_reply: int) -> None:
-        self.max_reply = max_reply
-        self._pixels: dict[str, np.ndarray] = {}
-
-    def _rpc(self, request: dict[str, Any]) -> Any:
-        _restore_builtins()
-        try:
-            framing.send_blocking(TO_SUPERVISOR_FD, request)
-            reply = framing.recv_blocking(FROM_SUPERVISOR_FD, self.max_reply)
-        except (OSError, framing.FrameError) as exc:
-            raise ToolUnavailable(f"the channel to the tool host is broken: {exc}") from None
-        if "ok" in reply:
-            return reply["ok"]
-        if reply.get("error") == "ToolError":
-            raise ToolError(reply.get("message", ""))
-        raise ToolUnavailable(reply.get("message", "tool host failure"))
-
-    def call(self, tool: str, image: str | None, box, args: dict[str, Any]) -> Any:
-        return self._rpc(
-            {
-                "op": "rpc",
-                "method": "call",
-                "tool": tool,
-                "image": image,
-                "box": list(box) if box else None,
-                "args": args,
-            }
-        )
-
-    def pixels(self, image: str) -> np.ndarray:
-        if image not in self._pixels:
-            reply = self._rpc({"op": "rpc", "method": "pixels", "image": image})
-            height, width = reply["shape"]
-            data = base64.b64decode(reply["data"])
-            self._pixels[image] = np.frombuffer(data, dtype=np.uint8).reshape(height, width, 3)
-        return self._pixels[image]
-
-    def register_pixels(self, pixels) -> tuple[str, int, int]:
-        arr = np.ascontiguousarray(pixels, dtype=np.uint8)
-        if arr.ndim != 3 or arr.shape[2] != 3 or arr.nbytes > MAX_PIXELS:
-            raise ValueError(f"an image must be (H, W, 3) and at most {MAX_PIXELS} bytes, got shape {arr.shape}")
-        reply = self._rpc(
-            {
-                "op": "rpc",
-                "method": "register",
-                "shape": [int(arr.shape[0]), int(arr.shape[1])],
-                "data": base64.b64encode(arr.tobytes()).decode("ascii"),
-            }
-        )
-        ref, width, height = reply
-        return str(ref), int(width), int(height)
