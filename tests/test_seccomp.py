@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
 import statistics
 import struct
@@ -24,27 +23,6 @@ AUDIT_ARCH_OFFSET = 4  # offsetof(struct seccomp_data, arch)
 @pytest.fixture(scope="module")
 def bpf() -> bytes:
     return seccomp.build_bpf()
-
-
-def in_child(fn) -> dict:
-    """Run `fn` in a forked child (a loaded filter stays for good) and return the dict it returns."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        os.close(read_fd)
-        try:
-            out = fn()
-        except BaseException as exc:  # noqa: BLE001 — handed to the test, which fails on it
-            out = {"error": repr(exc)}
-        os.write(write_fd, json.dumps(out).encode())
-        os._exit(0)
-    os.close(write_fd)
-    chunks = []
-    while chunk := os.read(read_fd, 65536):
-        chunks.append(chunk)
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    return json.loads(b"".join(chunks))
 
 
 def test_filter_builds_and_exports_whole_instructions(bpf):
@@ -97,8 +75,8 @@ def test_filter_denies_the_table_and_allows_ordinary_work(bpf):
         out["thread"] = ran
         return out
 
-    out = in_child(checks)
-    assert "error" not in out, out
+    out = probe.in_forked_child(checks)
+    assert "_error" not in out, out
     assert out["mode"] == [0, 2]
     eperm = errno.EPERM
     assert {k: out[k] for k in ("keyctl", "add_key", "unshare", "clone_newuser", "ptrace_traceme")} == dict.fromkeys(
@@ -120,7 +98,7 @@ def test_only_the_armed_filter_is_loaded(bpf):
         seccomp.load_armed()
         return {"modes": [unarmed, seccomp.mode()]}
 
-    assert in_child(checks) == {"modes": [0, 2]}
+    assert probe.in_forked_child(checks) == {"modes": [0, 2]}
     assert seccomp.armed() is None  # arming happened in the child only
 
 
@@ -135,7 +113,7 @@ def test_load_cost_per_program(bpf):
         program.load()
         return {"us": (time.perf_counter_ns() - start) / 1000}
 
-    costs = sorted(in_child(timed)["us"] for _ in range(40))
+    costs = sorted(probe.in_forked_child(timed)["us"] for _ in range(40))
     print(f"seccomp load per program: p50 {statistics.median(costs):.1f} us, max {costs[-1]:.1f} us")
     assert statistics.median(costs) < 500  # measured ~55 us here; generous for a loaded CI machine
 

@@ -13,6 +13,8 @@ import os
 import resource
 import signal
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
 from executor.sandbox import seccomp, syscalls
 
@@ -54,17 +56,25 @@ FIXES: dict[str, str] = {
 
 def probe_layers(uid: int = 60000 + 999) -> dict[str, str]:
     """`{layer: "ok" | reason}` for every layer in `LAYERS`, from a forked child."""
-    read_fd, write_fd = os.pipe()
     root = tempfile.mkdtemp(prefix="vprl-probe-")
     os.chmod(root, 0o555)
+    report = in_forked_child(lambda: _probe_in_child(root, uid))
+    os.rmdir(root)
+    return {name: report.get(name, report.get("_error", "not probed")) for name in LAYERS}
+
+
+def in_forked_child(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run `fn` in a forked child (what it changes there, a namespace or a filter, stays there) and
+    return the JSON dict it returns, or `{"_error": repr(exception)}`."""
+    read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         os.close(read_fd)
         try:
-            report = _probe_in_child(root, uid)
-        except BaseException as exc:  # noqa: BLE001 — reported, then the parent names the missing layers
-            report = {"_error": repr(exc)}
-        os.write(write_fd, json.dumps(report).encode())
+            out = fn()
+        except BaseException as exc:  # noqa: BLE001 — reported, and the caller decides what it means
+            out = {"_error": repr(exc)}
+        os.write(write_fd, json.dumps(out).encode())
         os._exit(0)
     os.close(write_fd)
     chunks = []
@@ -72,9 +82,7 @@ def probe_layers(uid: int = 60000 + 999) -> dict[str, str]:
         chunks.append(chunk)
     os.close(read_fd)
     os.waitpid(pid, 0)
-    os.rmdir(root)
-    report = json.loads(b"".join(chunks) or b"{}")
-    return {name: report.get(name, report.get("_error", "not probed")) for name in LAYERS}
+    return json.loads(b"".join(chunks) or b"{}")
 
 
 def _try(report: dict[str, str], name: str, fn) -> bool:
