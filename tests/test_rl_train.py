@@ -43,6 +43,20 @@ def _recipe(tmp_path, assets, **values):
     return write_recipe(tmp_path / "recipe.yaml", **{**base, **values})
 
 
+def _rest_recipe(tmp_path, assets, **values) -> Path:
+    """The GRPO test recipe turned into a one-iteration `rest` one over 4 prompts x 2 samples."""
+    recipe = yaml.safe_load(_recipe(tmp_path, assets).read_text())
+    for key in ("num_generations", "max_completion_length", "save_steps"):
+        recipe.pop(key)
+    recipe.update(
+        algorithm="rest", rest_iterations=1, rest_samples_per_query=2, dataset_limit=4, per_device_train_batch_size=2
+    )
+    recipe.update(values)
+    path = tmp_path / "rest.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
 def _lora_b_norm(adapter: Path) -> float:
     from safetensors.torch import load_file
 
@@ -276,21 +290,7 @@ def test_rest_dispatches_to_the_rest_loop(tmp_path, assets):
     from train.rl_config import parse_rl_config
     from train.rl_rest import rest_config
 
-    world, policy = assets
-    recipe = tmp_path / "rest.yaml"
-    values = yaml.safe_load(_recipe(tmp_path, assets).read_text())
-    for key in ("num_generations", "max_completion_length", "save_steps"):
-        values.pop(key)
-    values.update(
-        algorithm="rest",
-        rest_iterations=1,
-        rest_samples_per_query=2,
-        rest_max_new_tokens=48,
-        dataset_limit=4,
-        per_device_train_batch_size=2,
-        learning_rate=1e-3,
-    )
-    recipe.write_text(yaml.safe_dump(values))
+    recipe = _rest_recipe(tmp_path, assets, rest_max_new_tokens=48, learning_rate=1e-3)
     mapped = rest_config(parse_rl_config(["--config", str(recipe)]))
     assert (mapped.iterations, mapped.samples_per_query, mapped.learning_rate, mapped.batch_size) == (1, 2, 1e-3, 2)
     assert mapped.epochs == 1.0 and mapped.max_grad_norm == 0.3 and mapped.sft_overrides["report_to"] in ([], ["none"])
@@ -305,23 +305,15 @@ def test_rest_dispatches_to_the_rest_loop(tmp_path, assets):
 def test_rest_with_two_processes_samples_once_and_trains_on_both(tmp_path, assets):
     """`rest` under `accelerate launch --num_processes 2`: the main process alone samples, scores,
     logs and saves; both train (DDP) on the broadcast kept set."""
-    values = yaml.safe_load(_recipe(tmp_path, assets).read_text())
-    for key in ("num_generations", "max_completion_length", "save_steps"):
-        values.pop(key)
-    values.update(
-        algorithm="rest",
-        rest_iterations=1,
-        rest_samples_per_query=2,
+    recipe = _rest_recipe(
+        tmp_path,
+        assets,
         rest_max_new_tokens=24,
         # the random policy is never right: keep every scored program (reward 0 >= 0) so SFT runs
         rest_keep_rule="at_least",
         rest_keep_threshold=0.0,
-        dataset_limit=4,
-        per_device_train_batch_size=2,
         executor_slots=1,
     )
-    recipe = tmp_path / "rest.yaml"
-    recipe.write_text(yaml.safe_dump(values))
     accelerate = str(Path(sys.executable).parent / "accelerate")
     command = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     command += ["--mixed_precision", "no", "--dynamo_backend", "no"]
