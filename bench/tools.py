@@ -134,7 +134,7 @@ def measure(backend: Any, tool: str, calls: list[Any], batched: bool, cuda: bool
 
 
 def tiny_config(tools: list[str], root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from executor.tools.hf import tiny
+    from tests import tiny_models as tiny
 
     config: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
     for tool in tools:
@@ -157,8 +157,9 @@ def install_real_size(backend: Any, tools: list[str], root: Path) -> None:
     from transformers.models.dpt.image_processing_pil_dpt import DPTImageProcessorPil
     from transformers.models.grounding_dino.image_processing_pil_grounding_dino import GroundingDinoImageProcessorPil
 
-    from executor.tools.hf import depth, detection, llm, matching, tiny, vqa
+    from executor.tools.hf import depth, detection, llm, matching, vqa
     from executor.tools.hf.loading import resolve_device, torch_dtype
+    from tests import tiny_models as tiny
 
     bert = tiny.wordpiece_tokenizer(root / "tok_wp")
     bpe = tiny.bpe_tokenizer(root / "tok_bpe", add_eos=True, max_length=77)

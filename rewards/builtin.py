@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from data.records import Example
 from executor.results import ExecutionResult
 from rewards.correctness import correctness, grounding_scores
-from rewards.registry import RewardFn, register
+from rewards.protocol import RewardFn
 
 
-@register("correctness")
 def correctness_reward(iou_threshold: float | None = None) -> RewardFn:
     """Dataset-aware correctness against the labels (VQA soft accuracy, exact match, yes/no, IoU).
 
@@ -32,7 +31,6 @@ def correctness_reward(iou_threshold: float | None = None) -> RewardFn:
     return score
 
 
-@register("executes")
 def executes_reward() -> RewardFn:
     """1 for every program that ran to an answer: a shaping term, never a reward on its own."""
 

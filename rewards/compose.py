@@ -18,7 +18,8 @@ from typing import Any
 
 from data.records import Example
 from executor.results import PROGRAM_FAILURES, ExecutionResult
-from rewards.registry import RewardFn, build_reward
+from rewards.protocol import RewardFn
+from rewards.registry import build_reward
 
 # ViUniT penalises compile and runtime errors separately; the values are theirs to tune, these are
 # our defaults: a failed program scores below any answer, a syntax error below a runtime error.

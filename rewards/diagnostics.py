@@ -2,16 +2,16 @@
 
 - trivial share: programs that only hand the question to `simple_query` (end-to-end VQA in
   disguise; they can score well without composing anything);
-- constant-answer share: how much of the batch gives the single most common answer;
-- zero-variance share: groups (GRPO: the samples of one prompt) whose rewards are all equal,
-  which carry no learning signal.
+- constant-answer share: how much of the batch gives the single most common answer.
+
+Groups without a learning signal are `rewards.groups`; the trainer logs their share.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,20 +33,12 @@ def is_trivial(program: str) -> bool:
     return names.count("simple_query") == 1 and set(names) <= _PASSIVE_CALLS
 
 
-def diagnostics(
-    programs: Sequence[str], answers: Sequence[Any], rewards: Sequence[float | None], groups: Sequence[str]
-) -> dict[str, float]:
-    """Shares in [0, 1] for a batch; masked rewards (None) are left out of the group check."""
+def diagnostics(programs: Sequence[str], answers: Sequence[Any]) -> dict[str, float]:
+    """Shares in [0, 1] for a batch."""
     n = len(programs)
     if n == 0:
-        return {"trivial_share": 0.0, "constant_answer_share": 0.0, "zero_variance_share": 0.0}
+        return {"trivial_share": 0.0, "constant_answer_share": 0.0}
     trivial = sum(is_trivial(p) for p in programs) / n
     keys = [json.dumps(a, sort_keys=True) for a in answers if a is not None]
     constant = Counter(keys).most_common(1)[0][1] / n if keys else 0.0
-    by_group: dict[str, list[float]] = defaultdict(list)
-    for g, r in zip(groups, rewards, strict=True):
-        if r is not None:
-            by_group[g].append(r)
-    scored = [v for v in by_group.values() if len(v) > 1]
-    zero_var = sum(max(v) - min(v) < 1e-9 for v in scored) / len(scored) if scored else 0.0
-    return {"trivial_share": trivial, "constant_answer_share": constant, "zero_variance_share": zero_var}
+    return {"trivial_share": trivial, "constant_answer_share": constant}

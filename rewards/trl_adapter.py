@@ -258,8 +258,7 @@ class TrlRewardAdapter:
         n = max(len(programs), 1)
         statuses = [r.status for r in scored.results]
         out = {f"exec/{s}": statuses.count(s) / n for s in STATUSES}
-        groups = [e.id for e in examples]
-        diag = diagnostics(programs, [r.answer for r in scored.results], scored.rewards.totals, groups)
+        diag = diagnostics(programs, [r.answer for r in scored.results])
         out["hacking/trivial_share"] = diag["trivial_share"]
         out["hacking/constant_answer_share"] = diag["constant_answer_share"]
         tools = self.scorer.metrics()

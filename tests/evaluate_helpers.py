@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from data.shapes import BuildConfig, build_dataset, load_gold_programs
 from data.shapes.mutations import mutate
-from train.generation import SamplingConfig
+from train.sampling.generator import SamplingSettings
 
 MISTAKES = ("mutant", "crash", "tight_crop")
 # The gold line `obj = image_patch.find("X")[0]` of the single-object families.
@@ -102,7 +102,7 @@ class ScriptedPolicy:
         mutants = self.mutants(query)
         return mutants[k % len(mutants)]
 
-    def write(self, prompt: str, k: int, sampling: SamplingConfig) -> str:
+    def write(self, prompt: str, k: int, sampling: SamplingSettings) -> str:
         query = prompt_query(prompt)
         if query not in self.gold:
             raise AssertionError(f"no gold program for {query!r}")
@@ -115,7 +115,8 @@ class ScriptedPolicy:
         draw = _unit(f"{query}|{sampling.seed}|{k}")
         return self.gold[query] if draw < self.gold_in_samples else self.wrong(query, k)
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[list[str]]:
+    def generate(self, prompts: Sequence[str], sampling: SamplingSettings) -> list[list[str]]:
+        n = sampling.n
         with_previous = sum("An earlier attempt at this query:" in p for p in prompts)
         self.calls.append((len(prompts), sampling.temperature, n, with_previous))
         self.prompts += list(prompts)
@@ -125,8 +126,8 @@ class ScriptedPolicy:
 def build_tiny_llama(out, world, context: int = 256, adapter_out=None) -> str:
     """A random tiny Llama with a tokenizer trained on the world's bare prompts and gold programs
     (train.tiny_policy), saved to `out`; with `adapter_out`, also a fresh LoRA adapter on it."""
+    from train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
     from train.prompts import PromptConfig, PromptTemplate
-    from train.tiny_policy import TinyModelConfig, build_model, train_tokenizer
 
     template = PromptTemplate.from_config(PromptConfig(layout="bare"))
     texts = [template.build(q) + "\n" + p for q, p in all_gold(world).items()]

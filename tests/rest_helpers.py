@@ -27,7 +27,7 @@ CODE_CORPUS = [
 
 def build_tokenizer(out_dir: str | Path, corpus: list[str] | None = None, chat_template: str | None = None) -> Any:
     """`train.tiny_policy`'s BPE tokenizer trained on `corpus` and a few program lines; saved to `out_dir`."""
-    from train.tiny_policy import train_tokenizer
+    from train.policy.tiny import train_tokenizer
 
     fast = train_tokenizer((corpus or []) + CODE_CORPUS * 4, vocab_size=600, context=4096)
     if chat_template:
@@ -47,7 +47,7 @@ def build_policy(
     """(peft-wrapped tiny Llama, tokenizer); the base checkpoint is saved under `out_dir`."""
     from peft import LoraConfig, get_peft_model
 
-    from train.tiny_policy import TinyModelConfig, build_model
+    from train.policy.tiny import TinyModelConfig, build_model
 
     out_dir = Path(out_dir)
     tok = build_tokenizer(out_dir, corpus)
@@ -99,7 +99,7 @@ def oracle_scorer(root: Path) -> Iterator[Any]:
     from executor.runner import RunnerConfig, SyncRunner
     from executor.tools.stack import build_backend
     from rewards.compose import RewardComposer, RewardConfig
-    from train.scoring import ProgramScorer
+    from train.rollouts.scorer import ProgramScorer
 
     backend = build_backend({"backend": "oracle", "scene_graphs": str(root / "gqa" / "train_sceneGraphs.json")})
     with SyncRunner(ToolHost(backend), RunnerConfig(slots=2)) as runner:
@@ -114,7 +114,7 @@ def pools_for(world) -> dict[str, list[str]]:
     """Completions per prompt. q0: gold, a reformatted copy of gold (same AST, so deduplicated), a
     wrong answer, a crash; q1: gold among wrong answers; q2: wrong answers only (all rewards equal:
     a zero-variance group)."""
-    from train.rest import program_body
+    from train.rest.sft import program_body
 
     _, examples, gold = world
     bodies = [program_body(g) for g in gold]
@@ -136,8 +136,15 @@ class PoolGenerator:
     def __init__(self, pools: dict[str, list[str]], model=None):
         self.pools, self.model, self.calls, self.lora_sums = pools, model, [], []
 
-    def generate(self, prompts, n, sampling):
-        self.calls.append((list(prompts), n, sampling.seed))
+    def generate(self, prompts, sampling):
+        self.calls.append((list(prompts), sampling.n, sampling.seed))
         if self.model is not None:
             self.lora_sums.append(lora_sum(self.model))
-        return [[self.pools[p][j % len(self.pools[p])] for j in range(n)] for p in prompts]
+        return [[self.pools[p][j % len(self.pools[p])] for j in range(sampling.n)] for p in prompts]
+
+
+def sft_args(out_dir, **changes):
+    """The recipe's SFT arguments (`SFTArgs`, the ViUniT defaults) as a test's ReST loop takes them."""
+    from train.recipe.trainer_args import SFTArgs
+
+    return SFTArgs(output_dir=str(out_dir), report_to="none", disable_tqdm=True, **changes)

@@ -43,8 +43,8 @@ def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0) -> 
 
     from data.shapes import load_gold_programs
     from data.shapes.tasks import load_shapes_tasks
+    from train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
     from train.prompts import PromptConfig, PromptTemplate
-    from train.tiny_policy import TinyModelConfig, build_model, train_tokenizer
 
     examples = load_shapes_tasks(world, ["train"])["train"]
     gold = load_gold_programs(world)["vqa"]

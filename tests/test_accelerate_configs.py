@@ -86,7 +86,7 @@ def test_the_launcher_accepts_it_and_builds_its_plugin(path):
 def test_a_run_that_silently_lost_its_sharding_warns(monkeypatch):
     from types import SimpleNamespace
 
-    from train.rl_loop import check_sharding
+    from train.online.run import check_sharding
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)

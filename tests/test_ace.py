@@ -17,12 +17,14 @@ from executor.program import program_key
 from executor.runner import RunnerConfig, SyncRunner
 from executor.tools.stack import build_backend
 from rewards.compose import RewardComposer, RewardConfig
-from train.ace import Ace, AceError, aces_from_run, best_per_example, main, select_diverse
-from train.ace_stanic import stanic_aces
+from train.ace.__main__ import main
+from train.ace.from_run import aces_from_run, best_per_example
+from train.ace.records import Ace, AceError, select_diverse
+from train.ace.stanic import stanic_aces
 from train.prompts import PromptConfig, PromptTemplate, load_examples, read_examples
-from train.rollouts import RolloutLog, RolloutRow
-from train.runs import write_manifest
-from train.scoring import ProgramScorer
+from train.rollouts.log import RolloutLog, RolloutRow
+from train.rollouts.scorer import ProgramScorer
+from train.runs.folder import write_manifest
 
 TOOL_STACK = {"file": "configs/tools/oracle.yaml", "config": {"backend": "oracle", "min_visible": 0.5}}
 
@@ -179,7 +181,7 @@ class ScriptedPolicy:
         self.gold, self.crash, self.wrong = gold, crash, wrong
         self.calls: list[list[str]] = []
 
-    def generate(self, prompts, n, sampling):
+    def generate(self, prompts, sampling):
         self.calls.append(list(prompts))
         out = []
         for prompt in prompts:
@@ -214,7 +216,7 @@ def test_stanic_procedure_scores_sorts_and_self_debugs(world, scorer, tmp_path):
     assert [a.step for a in report.aces] == [0, 0, 0, 0, 1, 1]
     assert len(log.read()) == 16
     out, preview = tmp_path / "stanic.jsonl", tmp_path / "stanic.md"
-    from train.ace import write_aces
+    from train.ace.output import write_aces
 
     write_aces(report, out)
     aces = read_examples(out)
@@ -228,7 +230,7 @@ def test_stanic_procedure_scores_sorts_and_self_debugs(world, scorer, tmp_path):
 def test_stanic_cli_runs_a_hf_policy(world, tmp_path, capsys):
     """The command end to end with a tiny random policy: it writes noise, so nothing scores and the
     command says so; every attempt is logged next to the output."""
-    from train.tiny_policy import TinyModelConfig, build_model, train_tokenizer
+    from train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
 
     root, examples, gold = world
     # Trained on the prompt text too, so that prompts are short in tokens and the test stays fast.

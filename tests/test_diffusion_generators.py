@@ -10,8 +10,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import tiny_models as tiny
 
-from executor.tools.hf import tiny
+from executor.tools.hf.sampling import SamplingSettings
 from rewards.unit_tests.diffusion import (
     DiffusersLayoutToImage,
     DiffusersTextToImage,
@@ -19,7 +20,6 @@ from rewards.unit_tests.diffusion import (
     LayoutError,
     UnsafeImageError,
 )
-from rewards.unit_tests.llm_backends import SamplingSettings
 from rewards.unit_tests.llm_layout import Layout, LayoutBox, parse_layout
 from rewards.unit_tests.protocols import build_generator, generator_names
 

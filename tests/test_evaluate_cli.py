@@ -1,4 +1,4 @@
-"""`train/evaluate.py`: bad input fails before any work with a message naming the bad value; the
+"""`python -m train.evaluation`: bad input fails before any work with a message naming the bad value; the
 pipeline writes JSON (round trip), markdown (the matrix) and PNG plots; and the command line runs
 end to end on a tiny Llama, as a script (`python train/evaluate.py`, the sys.path fix).
 
@@ -18,7 +18,7 @@ import yaml
 from evaluate_helpers import ScriptedPolicy, all_gold, build_tiny_llama, build_world
 from PIL import Image
 
-from train.evaluate import EvalConfig, evaluate, main
+from train.evaluation.pipeline import EvalConfig, evaluate, main
 from train.evaluation.report import markdown, results_from_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,9 +154,8 @@ def test_pipeline_reports_json_markdown_and_plots(tmp_path, world, tiny):
 
 
 def test_command_line_end_to_end_on_a_tiny_llama(tmp_path, world, tiny):
-    """`python train/evaluate.py --config ...` from another directory: the script finds the
-    repository (sys.path fix), loads the base and the adapter, runs the sandboxed executor, and
-    writes every report."""
+    """`python -m train.evaluation --config ...` from another directory: the installed package loads
+    the base and the adapter, runs the sandboxed executor, and writes every report."""
     model, adapter = tiny
     config = tmp_path / "eval.yaml"
     config.write_text(
@@ -176,7 +175,7 @@ def test_command_line_end_to_end_on_a_tiny_llama(tmp_path, world, tiny):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [sys.executable, str(REPO / "train" / "evaluate.py"), "--config", str(config), "--adapters", f"rl={adapter}"],
+        [sys.executable, "-m", "train.evaluation", "--config", str(config), "--adapters", f"rl={adapter}"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -192,8 +191,8 @@ def test_command_line_end_to_end_on_a_tiny_llama(tmp_path, world, tiny):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs" / "eval").glob("*.yaml")))
 def test_shipped_configs_parse_and_validate(world, tiny, name):
-    from train.config import parse_config
-    from train.evaluate import validate
+    from train.evaluation.pipeline import validate
+    from train.recipe.parsing import parse_config
 
     argv = ["--config", str(REPO / "configs" / "eval" / name), "--policy", tiny[0], "--shapes_root", str(world)]
     (cfg,) = parse_config([EvalConfig], [*argv, "--adapters", f"after_rl={tiny[1]}"])

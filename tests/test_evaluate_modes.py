@@ -22,7 +22,7 @@ from train.evaluation.judge import build_judge
 from train.evaluation.metrics import dataset_metrics, headline_value
 from train.evaluation.modes import EvalContext, ModeConfig, run_mode
 from train.evaluation.session import prompt_template
-from train.generation import SamplingConfig
+from train.sampling.generator import policy_sampling
 
 SHAPES = "configs/tools/shapes.yaml"
 
@@ -59,8 +59,8 @@ def context(policy, runners, seed=0, tuned=True):
         generator=policy,
         prompt=lambda e, previous=None: prompt_template(_Prompts, e.task).build(e.query, previous=previous),
         runner=runner,
-        greedy=SamplingConfig(temperature=0.0, seed=seed),
-        sampling=SamplingConfig(temperature=1.0, seed=seed),
+        greedy=policy_sampling(temperature=0.0, seed=seed),
+        sampling=policy_sampling(temperature=1.0, seed=seed),
         judge=judge,
         tuned_runner=tuned_runner if tuned else None,
         fallback_program=fallback_program,
@@ -77,7 +77,7 @@ def test_single_and_majority(world, tasks, runners):
     single = run_mode(context(policy, runners), examples, ModeConfig("single"))
     assert [p.example_id for p in single] == [e.id for e in examples]
     assert all(p.attempts == 1 for p in single) and policy.calls[-1] == (len(examples), 0.0, 1, 0)
-    greedy = [policy.write(p, 0, SamplingConfig(temperature=0.0)) for p in policy.prompts]
+    greedy = [policy.write(p, 0, policy_sampling(temperature=0.0)) for p in policy.prompts]
     assert [p.program.strip() for p in single] == [g.strip() for g in greedy]
     majority = run_mode(context(policy, runners), examples, ModeConfig("majority", n_programs=5))
     assert all(p.attempts == 5 for p in majority) and policy.calls[-1][2] == 5

@@ -13,14 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 
+import tiny_models as tiny  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from executor.tools.hf import tiny  # noqa: E402
-from train.export import ExportError, export_run, main  # noqa: E402
-from train.model_card import metric_summary  # noqa: E402
-from train.rollouts import RolloutLog, RolloutRow  # noqa: E402
-from train.runs import write_manifest  # noqa: E402
+from train.export.adapter import ExportError, export_run, main  # noqa: E402
+from train.export.model_card import metric_summary  # noqa: E402
+from train.rollouts.log import RolloutLog, RolloutRow  # noqa: E402
+from train.runs.folder import write_manifest  # noqa: E402
 
 # fp32 on CPU: the reloaded adapter runs the very same ops as the policy (bit-identical up to
 # summation order); merging folds B@A into W, which changes rounding, hence the looser bound.

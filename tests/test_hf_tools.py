@@ -12,8 +12,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
+import tiny_models as tiny
+
 from executor.tools.base import ImageStore, ToolCall, ToolUnavailable, box_to_top_left
-from executor.tools.hf import HFBackend, tiny
+from executor.tools.hf import HFBackend
 
 H, W = 100, 200  # the size of the `store` fixture (tests/conftest.py)
 

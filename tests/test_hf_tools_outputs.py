@@ -14,10 +14,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
+import tiny_models as tiny
 import torch
 
 from executor.tools.base import ToolCall, box_from_top_left
-from executor.tools.hf import HFBackend, tiny
+from executor.tools.hf import HFBackend
 
 H, W = 100, 200  # the size of the `store` fixture (tests/conftest.py)
 REGION = (50, 20, 150, 80)  # left, lower, right, upper: crop is 100 wide, 60 high, top-left corner (50, 20)

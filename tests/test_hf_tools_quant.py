@@ -11,8 +11,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
+import tiny_models as tiny
+
 from executor.tools.base import ImageStore, ToolCall
-from executor.tools.hf import HFBackend, tiny
+from executor.tools.hf import HFBackend
 from executor.tools.hf.llm import vllm_available
 
 

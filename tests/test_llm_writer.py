@@ -8,9 +8,10 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+import tiny_models as tiny
 
-from executor.tools.hf import tiny
-from rewards.unit_tests.llm_backends import HFBackend, SamplingSettings
+from executor.tools.hf.sampling import SamplingSettings
+from rewards.unit_tests.llm_backends import HFBackend
 from rewards.unit_tests.llm_writer import LlmTestWriter, LlmWriterConfig, cut_reply, llm_writer
 from rewards.unit_tests.parsing import UnitTest
 from rewards.unit_tests.protocols import build_writer, writer_names

@@ -14,6 +14,7 @@ Prompts are short (`# query` + signature, `rest_helpers.prompt_for`) instead of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -28,24 +29,20 @@ from rest_helpers import (
     oracle_scorer,
     pools_for,
     prompt_for,
+    sft_args,
     world_corpus,
 )
 from safetensors.torch import load_file
 
-from train.generation import HFGenerator, SamplingConfig
 from train.prompts import encode_prompt, frame_prompt
-from train.rest import (
-    RestConfig,
-    adapter_dir,
-    initial_adapter_dir,
-    program_body,
-    read_summary,
-    run_rest,
-    select_kept,
-    sft_example,
-    zero_variance_groups,
-)
-from train.rollouts import RolloutLog, RolloutRow
+from train.recipe.parsing import ConfigError
+from train.recipe.sections import RestArgs
+from train.rest.iterations import adapter_dir, initial_adapter_dir, read_summary
+from train.rest.loop import run_rest
+from train.rest.select import select_kept
+from train.rest.sft import program_body, sft_example
+from train.rollouts.log import RolloutLog, RolloutRow
+from train.sampling.hf import HFGenerator
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -87,16 +84,16 @@ def test_selection_dedupes_caps_and_never_keeps_masked_rows():
 
     rows = [row("a", 1.0, "k1"), row("a2", 1.0, "k1"), row("b", 0.5, "k2"), row("c", None, "k3"), row("d", 0.7, "k4")]
     items = [0, 0, 0, 0, 1]
-    kept = select_kept(rows, items, RestConfig())
+    kept = select_kept(rows, items, RestArgs())
     assert [(k.item, k.program) for k in kept] == [(0, "a"), (0, "b"), (1, "d")]
-    capped = select_kept(rows, items, RestConfig(max_kept_per_query=1, keep_threshold=0.6))
+    capped = select_kept(rows, items, RestArgs(rest_max_kept_per_query=1, rest_keep_threshold=0.6))
     assert [k.program for k in capped] == ["a", "d"]
-    assert [k.program for k in select_kept(rows, items, RestConfig(keep_threshold=1.0, keep_rule="at_least"))] == ["a"]
-    assert zero_variance_groups([[0.0, 0.0], [1.0, 0.0], [None, 0.5, 0.5], [None, 1.0], [-1.0, -1.0]]) == 3
-    with pytest.raises(ValueError, match="unknown key"):
-        RestConfig.from_dict({"iteratons": 2})
-    with pytest.raises(ValueError, match="keep_rule"):
-        RestConfig(keep_rule="best")
+    at_least = RestArgs(rest_keep_threshold=1.0, rest_keep_rule="at_least")
+    assert [k.program for k in select_kept(rows, items, at_least)] == ["a"]
+    with pytest.raises(ConfigError, match="rest_keep_rule"):
+        RestArgs(rest_keep_rule="best")
+    with pytest.raises(ConfigError, match="rest_max_kept_per_query"):
+        RestArgs(rest_max_kept_per_query=0)
 
 
 @pytest.mark.parametrize("chat", [False, True])
@@ -121,16 +118,8 @@ def test_rest_keeps_rewarded_programs_trains_and_resumes(tmp_path, world, scorer
     _, examples, gold = world
     items = [(e, prompt_for(e.query)) for e in examples]
     pools = pools_for(world)
-    config = RestConfig(
-        iterations=1,
-        samples_per_query=4,
-        epochs=3,
-        batch_size=1,
-        learning_rate=2e-2,
-        seed=0,
-        sft_overrides={"disable_tqdm": True},
-    )
-    sampling = SamplingConfig(max_new_tokens=16, seed=7)
+    rest = RestArgs(rest_iterations=1, rest_samples_per_query=4, rest_max_new_tokens=16)
+    sft = sft_args(tmp_path, num_train_epochs=3, per_device_train_batch_size=1, learning_rate=2e-2, seed=7)
     run_dir = tmp_path / "run"
     log = RolloutLog.in_run(run_dir)
     model, tok = build_policy(tmp_path / "policy", world_corpus(world))
@@ -140,14 +129,15 @@ def test_rest_keeps_rewarded_programs_trains_and_resumes(tmp_path, world, scorer
         tokenizer=tok,
         items=items,
         scorer=scorer,
-        sampling=sampling,
+        sft=sft,
+        style="auto",
         run_dir=run_dir,
         log=log,
         prompt_hash="ph",
         policy_name="tiny",
     )
 
-    paths = run_rest(model=model, generator=gen, config=config, **kwargs)
+    paths = run_rest(model=model, generator=gen, rest=rest, **kwargs)
     assert paths == [adapter_dir(run_dir, 0)]
     s0 = read_summary(run_dir, 0)
     assert (s0.samples, s0.masked, s0.rewarded, s0.kept, s0.kept_queries) == (12, 0, 3, 2, 2)
@@ -175,8 +165,8 @@ def test_rest_keeps_rewarded_programs_trains_and_resumes(tmp_path, world, scorer
     # loaded before sampling, iteration 1 runs once and its rows replace the torn ones.
     model2, _ = build_policy(tmp_path / "policy2", world_corpus(world))
     gen2 = PoolGenerator(pools, model2)
-    config2 = RestConfig(**{**config.to_dict(), "iterations": 2})
-    paths = run_rest(model=model2, generator=gen2, config=config2, **kwargs)
+    rest2 = dataclasses.replace(rest, rest_iterations=2)
+    paths = run_rest(model=model2, generator=gen2, rest=rest2, **kwargs)
     assert paths == [adapter_dir(run_dir, 0), adapter_dir(run_dir, 1)]
     assert [c[2] for c in gen2.calls] == [8]  # only iteration 1 sampled (seed + iteration)
     assert gen2.lora_sums[0] == pytest.approx(float(sum(t.abs().sum() for t in a0.values())), rel=1e-5)
@@ -187,9 +177,9 @@ def test_rest_keeps_rewarded_programs_trains_and_resumes(tmp_path, world, scorer
 
     # Everything done: nothing is sampled again.
     gen3 = PoolGenerator(pools)
-    assert run_rest(model=model2, generator=gen3, config=config2, **kwargs) == paths and gen3.calls == []
+    assert run_rest(model=model2, generator=gen3, rest=rest2, **kwargs) == paths and gen3.calls == []
     with pytest.raises(FileNotFoundError, match="iteration 2 has no adapter"):
-        run_rest(model=model2, generator=gen3, config=RestConfig(iterations=5), start_iteration=3, **kwargs)
+        run_rest(model=model2, generator=gen3, rest=RestArgs(rest_iterations=5), start_iteration=3, **kwargs)
 
 
 def test_rest_with_the_random_policy_keeps_nothing_and_carries_on(tmp_path, world, scorer, caplog):
@@ -198,15 +188,16 @@ def test_rest_with_the_random_policy_keeps_nothing_and_carries_on(tmp_path, worl
     model, tok = build_policy(tmp_path / "policy", world_corpus(world), seed=1)
     run_dir = tmp_path / "run"
     log = RolloutLog.in_run(run_dir)
-    with caplog.at_level(logging.WARNING, logger="train.rest_select"):
+    with caplog.at_level(logging.WARNING, logger="train.rest.select"):
         run_rest(
             model=model,
             tokenizer=tok,
             items=items,
             scorer=scorer,
             generator=HFGenerator(model, tok, batch_size=4),
-            config=RestConfig(iterations=1, samples_per_query=2),
-            sampling=SamplingConfig(max_new_tokens=8, seed=0),
+            rest=RestArgs(rest_iterations=1, rest_samples_per_query=2, rest_max_new_tokens=8),
+            sft=sft_args(tmp_path, seed=0),
+            style="auto",
             run_dir=run_dir,
             log=log,
             prompt_hash="ph",
@@ -225,13 +216,11 @@ def test_restart_from_base_trains_every_iteration_from_the_initial_adapter(tmp_p
     items = [(e, prompt_for(e.query)) for e in world[1]]
     model, tok = build_policy(tmp_path / "policy", world_corpus(world))
     run_dir = tmp_path / "run"
-    config = RestConfig(
-        iterations=2, samples_per_query=4, epochs=1, batch_size=2, learning_rate=2e-2, restart_from_base=True,
-        sft_overrides={"warmup_steps": 0, "disable_tqdm": True},
-    )  # fmt: skip
+    rest = RestArgs(rest_iterations=2, rest_samples_per_query=4, rest_restart_from_base=True)
+    sft = sft_args(tmp_path, per_device_train_batch_size=2, learning_rate=2e-2, warmup_steps=0)
     run_rest(
         model=model, tokenizer=tok, items=items, scorer=scorer, generator=PoolGenerator(pools_for(world), model),
-        config=config, sampling=SamplingConfig(), run_dir=run_dir, log=RolloutLog.in_run(run_dir),
+        rest=rest, sft=sft, style="auto", run_dir=run_dir, log=RolloutLog.in_run(run_dir),
         prompt_hash="ph", policy_name="tiny",
     )  # fmt: skip
     a0, a1 = adapter_tensors(adapter_dir(run_dir, 0)), adapter_tensors(adapter_dir(run_dir, 1))

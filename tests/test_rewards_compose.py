@@ -4,6 +4,7 @@ from data.records import Example
 from executor.results import ExecutionResult
 from rewards.compose import DEFAULT_PENALTIES, RewardComposer, RewardConfig, RewardSpec
 from rewards.diagnostics import diagnostics, is_trivial
+from rewards.groups import is_zero_variance, zero_variance_groups
 from rewards.registry import build_reward, reward_names
 
 
@@ -74,9 +75,15 @@ def test_trivial_program_detection():
 
 
 def test_diagnostics_shares():
-    d = diagnostics(
-        ["a", "b", "c", "d"], ["red", "red", "red", "blue"], [1.0, 1.0, 0.0, None], ["g1", "g1", "g2", "g2"]
-    )
+    d = diagnostics(["a", "b", "c", "d"], ["red", "red", "red", "blue"])
     assert d["constant_answer_share"] == 0.75
-    assert d["zero_variance_share"] == 1.0  # g1 has equal rewards; g2 has one scored reward, not counted
     assert d["trivial_share"] == 0.0
+
+
+def test_zero_variance_groups():
+    # equal totals; one scorable total (masked and NaN rows do not count); a real spread
+    totals = [1.0, 1.0 + 1e-12, 0.0, None, 0.5, float("nan"), 0.0, 1.0]
+    assert zero_variance_groups(totals, 2) == [True, True, True, False]
+    assert is_zero_variance([None, None]) and not is_zero_variance([0.0, 0.25, None])
+    with pytest.raises(ValueError, match="groups of 3"):
+        zero_variance_groups(totals, 3)

@@ -11,10 +11,10 @@ from data.records import Example
 from executor.results import ExecutionResult
 from rewards.compose import RewardBatch
 from rewards.trl_adapter import TrlRewardAdapter
-from train import runs
-from train.config import ConfigError
-from train.rl_config import ALGORITHMS, parse_rl_config
-from train.rl_trainers import stop_length, zero_variance_groups
+from train.online.trainers import stop_length, zero_variance_rows
+from train.recipe.parsing import ConfigError
+from train.recipe.rl_config import ALGORITHMS, parse_rl_config
+from train.runs import folder as runs
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.name.startswith("quickstart"))
@@ -278,12 +278,12 @@ def test_zero_variance_groups_use_scorable_totals():
     rewards = torch.tensor(
         [[1.0, 1.0], [1.0, 0.0], [1.0, nan], [0.0, 0.0], [1.0, 1.0], [nan, nan], [nan, nan], [nan, nan], [0.5, 1]]
     )
-    got = zero_variance_groups(rewards, torch.tensor([1.0, 0.0]), 3)
+    got = zero_variance_rows(rewards, torch.tensor([1.0, 0.0]), 3)
     assert got.tolist() == [True, False, True]
 
 
 def test_stop_length_cuts_after_the_stop_token():
-    from train.tiny_policy import train_tokenizer
+    from train.policy.tiny import train_tokenizer
 
     tok = train_tokenizer(["def execute_command(image):\n    return 'a'\n\n# next query\n"] * 20, vocab_size=500)
     body = "\n    return 'a'\n\n# next query\ndef x():"

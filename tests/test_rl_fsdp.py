@@ -16,7 +16,7 @@ import pytest
 import yaml
 from rl_tiny import build_policy, build_world, write_recipe
 
-from train.rollouts import RolloutLog
+from train.rollouts.log import RolloutLog
 
 REPO = Path(__file__).resolve().parents[1]
 FSDP_CONFIG = REPO / "configs/accelerate/fsdp.yaml"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from rl_tiny import build_policy, build_world, write_recipe
 
-from train.rollouts import RolloutLog
+from train.rollouts.log import RolloutLog
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_STACK = str(REPO / "configs/tools/shapes.yaml")
@@ -99,7 +99,7 @@ def test_grpo_trains_and_writes_the_run_folder(tmp_path, assets):
     assert [m["step"] for m in logged if "loss" in m] == [1, 2]
     assert {"exec/ok", "exec/syntax_error", "tools/cache_hit_rate", "rewards/correctness/mean"} <= set(logged[0])
     # the resolved recipe reads back
-    from train.rl_config import parse_rl_config
+    from train.recipe.rl_config import parse_rl_config
 
     assert parse_rl_config(["--config", str(run / "config.yaml")]).to_flat() == yaml.safe_load(
         (run / "config.yaml").read_text()
@@ -176,10 +176,11 @@ class FakeVLLMGeneration:
 def test_vllm_path_with_a_fake_engine(tmp_path, assets, monkeypatch):
     import trl.trainer.grpo_trainer as grpo_trainer
 
+    import train.recipe.checks
     import train.rl
 
     monkeypatch.setattr(grpo_trainer, "VLLMGeneration", FakeVLLMGeneration)
-    monkeypatch.setattr(train.rl, "require_vllm", lambda key: None)  # vLLM itself is not installed here
+    monkeypatch.setattr(train.recipe.checks, "require_vllm", lambda key: None)  # vLLM itself is not installed here
     FakeVLLMGeneration.instances.clear()
     recipe = _recipe(
         tmp_path,
@@ -286,14 +287,22 @@ def test_qlora_grpo_step(tmp_path, assets):
 
 
 def test_rest_dispatches_to_the_rest_loop(tmp_path, assets):
+    from train.recipe.rl_config import parse_rl_config
+    from train.rest.sft import iteration_args
     from train.rl import main
-    from train.rl_config import parse_rl_config
-    from train.rl_rest import rest_config
 
     recipe = _rest_recipe(tmp_path, assets, rest_max_new_tokens=48, learning_rate=1e-3)
-    mapped = rest_config(parse_rl_config(["--config", str(recipe)]))
-    assert (mapped.iterations, mapped.samples_per_query, mapped.learning_rate, mapped.batch_size) == (1, 2, 1e-3, 2)
-    assert mapped.epochs == 1.0 and mapped.max_grad_norm == 0.3 and mapped.sft_overrides["report_to"] in ([], ["none"])
+    cfg = parse_rl_config(["--config", str(recipe)])
+    # the SFT step takes the recipe's trainer arguments as they are, the loop's own fields aside
+    sft = iteration_args(cfg.training, tmp_path / "iter")
+    assert (cfg.rest.rest_iterations, cfg.rest.rest_samples_per_query) == (1, 2)
+    assert (sft.learning_rate, sft.per_device_train_batch_size, sft.num_train_epochs, sft.max_grad_norm) == (
+        1e-3,
+        2,
+        1.0,
+        0.3,
+    )
+    assert sft.report_to in ([], ["none"]) and sft.completion_only_loss and sft.output_dir == str(tmp_path / "iter")
     adapter = main(["--config", str(recipe)])
     run = tmp_path / "run"
     assert (adapter / "adapter_model.safetensors").is_file() and (adapter / "tokenizer.json").is_file()
@@ -330,7 +339,7 @@ def test_rest_with_two_processes_samples_once_and_trains_on_both(tmp_path, asset
     # one set of rows: 4 prompts x 2 samples, written once (a second sampler would double them)
     assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {0: 8}
     summary = json.loads((iterations / "iter-0" / "summary.json").read_text())
-    assert summary["samples"] == 8 and summary["trained"] and summary["sft_examples"] > 0
+    assert summary["samples"] == 8 and summary["trained"] and summary["sft_examples"] > 0, summary
     kept = (iterations / "iter-0" / "kept.jsonl").read_text().splitlines()
     assert len(kept) == summary["kept"]
     assert _lora_b_norm(run / "adapter") > 0  # LoRA B starts at zero: the DDP SFT step moved it
@@ -340,9 +349,9 @@ def test_execution_starts_before_the_reward_call(tmp_path, assets, monkeypatch):
     """RLOO computes old and reference log-probabilities between generation and the reward call:
     with `overlap_execution` (the default) each batch's programs start before those passes and are
     executed once; training still moves the adapter."""
+    from train.online.trainers import ProgramRLOOTrainer
     from train.rl import main
-    from train.rl_trainers import ProgramRLOOTrainer
-    from train.scoring import ProgramScorer
+    from train.rollouts.scorer import ProgramScorer
 
     events: list[str] = []
 

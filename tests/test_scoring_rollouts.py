@@ -11,8 +11,8 @@ from executor.runner import RunnerConfig, SyncRunner
 from executor.tools.stack import build_backend
 from rewards.compose import RewardComposer, RewardConfig
 from rewards.registry import build_reward
-from train.rollouts import RolloutLog, RolloutRow
-from train.scoring import ProgramScorer
+from train.rollouts.log import RolloutLog, RolloutRow
+from train.rollouts.scorer import ProgramScorer
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from train.config import ConfigError, parse_config
+from train.recipe.parsing import ConfigError, parse_config
 
 
 @dataclass

@@ -66,7 +66,7 @@ def test_opposites_are_sensible_and_pluggable():
 
 
 def test_embedders_hashing_and_a_tiny_clip(tmp_path):
-    from executor.tools.hf import tiny
+    import tiny_models as tiny
 
     vecs = build_embedder("hashing")(["a red square", "a red square", "blue"])
     assert np.allclose(vecs[0], vecs[1]) and np.isclose(np.linalg.norm(vecs[2]), 1.0)

@@ -5,19 +5,31 @@ test marked `vllm` runs the real engine on a GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
 import torch
-from rest_helpers import build_policy, build_tokenizer, build_world, oracle_scorer, pools_for, prompt_for, world_corpus
+from rest_helpers import (
+    build_policy,
+    build_tokenizer,
+    build_world,
+    oracle_scorer,
+    pools_for,
+    prompt_for,
+    sft_args,
+    world_corpus,
+)
 
-from train.generation import SamplingConfig
 from train.prompts import encode_prompt, frame_prompt
-from train.rest import RestConfig, adapter_dir, initial_adapter_dir, run_rest
-from train.rollouts import RolloutLog
-from train.vllm_generation import VLLMGenerator, VLLMTypes
+from train.recipe.sections import RestArgs
+from train.rest.iterations import adapter_dir, initial_adapter_dir
+from train.rest.loop import run_rest
+from train.rollouts.log import RolloutLog
+from train.sampling.generator import policy_sampling
+from train.sampling.vllm_engine import VLLMGenerator, VLLMTypes
 
 
 @dataclass(frozen=True)
@@ -78,9 +90,9 @@ def test_generator_sends_token_ids_params_and_a_new_lora_id_per_adapter(tmp_path
     prompts = list(pools)[:2]
     engine = FakeEngine(tok, pools, suffix="\n\n\n# next query")
     gen = VLLMGenerator("base-model", tok, engine=engine, types=FAKE_TYPES, use_tqdm=False)
-    sampling = SamplingConfig(seed=5)
+    sampling = policy_sampling(n=3, seed=5)
 
-    out = gen.generate(prompts, 3, sampling)
+    out = gen.generate(prompts, sampling)
     assert out == [[pools[p][j] for j in range(3)] for p in prompts]  # cut at the first stop sequence
     call = engine.calls[0]
     ids = [p["prompt_token_ids"] for p in call["prompts"]]
@@ -91,11 +103,11 @@ def test_generator_sends_token_ids_params_and_a_new_lora_id_per_adapter(tmp_path
 
     a, b = fake_adapter(tmp_path / "a"), fake_adapter(tmp_path / "b")
     gen.set_adapter(a)
-    gen.generate(prompts, 1, SamplingConfig(temperature=0))
+    gen.generate(prompts, policy_sampling(temperature=0))
     gen.set_adapter(a)  # the same adapter again: same id, vLLM reuses what it loaded
-    gen.generate(prompts, 1, sampling)
+    gen.generate(prompts, dataclasses.replace(sampling, n=1))
     gen.set_adapter(b)
-    gen.generate(prompts, 1, sampling)
+    gen.generate(prompts, dataclasses.replace(sampling, n=1))
     loras = [c["lora"] for c in engine.calls[1:]]
     assert [(r.lora_int_id, r.lora_path) for r in loras] == [(1, str(a)), (1, str(a)), (2, str(b))]
     assert len({r.lora_name for r in loras}) == 2
@@ -116,7 +128,7 @@ def test_generator_rejects_a_short_answer_from_the_engine(tmp_path, world):
 
     gen = VLLMGenerator("base-model", tok, engine=Short(tok, pools), types=FAKE_TYPES)
     with pytest.raises(RuntimeError, match="2 prompts"):
-        gen.generate(list(pools)[:2], 2, SamplingConfig())
+        gen.generate(list(pools)[:2], policy_sampling(n=2))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
@@ -124,7 +136,7 @@ def test_missing_vllm_is_a_clear_error(tmp_path, world):
     tok = build_tokenizer(tmp_path / "tok", world_corpus(world))
     gen = VLLMGenerator("base-model", tok)
     with pytest.raises(ImportError, match="needs vLLM"):
-        gen.generate([prompt_for("What color is the circle?")], 1, SamplingConfig())
+        gen.generate([prompt_for("What color is the circle?")], policy_sampling())
     with pytest.raises(ImportError, match="needs vLLM"):
         gen.set_adapter(fake_adapter(tmp_path / "a"))
 
@@ -137,13 +149,12 @@ def test_rest_loop_serves_each_iterations_adapter_to_one_engine(tmp_path, world)
     engine = FakeEngine(tok, pools_for(world))
     gen = VLLMGenerator(str(tmp_path / "policy"), tok, engine=engine, types=FAKE_TYPES, use_tqdm=False)
     run_dir = tmp_path / "run"
-    config = RestConfig(
-        iterations=2, samples_per_query=4, epochs=1, batch_size=2, sft_overrides={"disable_tqdm": True}
-    )
+    rest = RestArgs(rest_iterations=2, rest_samples_per_query=4)
+    sft = sft_args(tmp_path, per_device_train_batch_size=2, seed=1)
     with oracle_scorer(world[0]) as scorer:
         paths = run_rest(
-            model=model, tokenizer=tok, items=items, scorer=scorer, generator=gen, config=config,
-            sampling=SamplingConfig(seed=1), run_dir=run_dir, log=RolloutLog.in_run(run_dir),
+            model=model, tokenizer=tok, items=items, scorer=scorer, generator=gen, rest=rest, sft=sft,
+            style="auto", run_dir=run_dir, log=RolloutLog.in_run(run_dir),
             prompt_hash="ph", policy_name="tiny",
         )  # fmt: skip
     assert [(c["lora"].lora_int_id, c["lora"].lora_path) for c in engine.calls] == [
@@ -176,6 +187,6 @@ def test_real_vllm_engine_samples_with_a_lora_adapter(tmp_path, world):
     )
     prompts = [prompt_for(e.query) for e in world[1][:2]]
     gen.set_adapter(tmp_path / "adapter")
-    out = gen.generate(prompts, 2, SamplingConfig(max_new_tokens=16, seed=0))
+    out = gen.generate(prompts, policy_sampling(n=2, max_new_tokens=16, seed=0))
     assert len(out) == 2 and all(len(o) == 2 and all(isinstance(t, str) for t in o) for o in out)
     gen.close()

@@ -116,7 +116,7 @@ def test_deterministic_backends_answer_one_hot_and_the_host_keys_on_choices(worl
 @pytest.fixture(scope="module")
 def blip_paths(tmp_path_factory):
     pytest.importorskip("transformers")
-    from executor.tools.hf import tiny
+    import tiny_models as tiny
 
     root = tmp_path_factory.mktemp("vqa_choices_tiny")
     return {family: tiny.build(family, root) for family in ("blip2", "blip2_t5")}

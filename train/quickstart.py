@@ -99,7 +99,7 @@ def _headline(metrics) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from train.config import parse_config
+    from train.recipe.parsing import parse_config
 
     (cfg,) = parse_config([QuickstartConfig], argv if argv is not None else sys.argv[1:])
     started = time.time()
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     policy = Path(cfg.policy)
     if not cfg.skip_bootstrap:
-        from train.bootstrap import BootstrapConfig, ensure_tiny_policy
+        from train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
 
         print("quickstart: 1/3 the tiny policy (train.bootstrap; cached after the first run)", flush=True)
         policy = ensure_tiny_policy(BootstrapConfig(out=str(policy), seed=cfg.seed))
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
     t_rl = time.time()
 
     print("quickstart: 3/3 evaluation before and after RL on a fresh world", flush=True)
-    from train.evaluate import EvalConfig, evaluate
+    from train.evaluation.pipeline import EvalConfig, evaluate
 
     eval_world = ensure_eval_world(cfg)
     (ecfg,) = parse_config(

@@ -25,10 +25,8 @@ from executor.api.helpers import (
     bool_to_yesno,
     coerce_to_numeric,
     distance,
-    llm_query,
-    process_guesses,
-    select_answer,
 )
+from executor.api.language import llm_query, process_guesses, select_answer
 from executor.api.patch import ImagePatch
 from executor.api.source import SourceImage
 from executor.api.video import Video, VideoSegment

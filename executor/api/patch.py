@@ -17,7 +17,8 @@ import numpy as np
 
 from executor.api.context import current_client
 from executor.api.errors import expect_str, expect_str_list, unknown_attribute
-from executor.api.source import SourceImage
+from executor.api.language import llm_query
+from executor.api.source import FrameSequence, SourceImage
 from executor.tools.base import box_from_top_left, check_box
 
 
@@ -62,9 +63,7 @@ class ImagePatch:
         >>> image_patch = ImagePatch(image)
         >>> bottom_half = ImagePatch(image, 0, 0, image_patch.width, image_patch.height // 2)
         """
-        from executor.api.video import VideoSegment
-
-        if isinstance(image, VideoSegment):
+        if isinstance(image, FrameSequence):
             # ViperGPT's video examples write `ImagePatch(video_segment, i)` for "frame i".
             image = image.frame(0 if left is None else left)
             left = None
@@ -218,8 +217,6 @@ class ImagePatch:
 
     def llm_query(self, question: str, long_answer: bool = True) -> str:
         """Ask a language model a question that needs outside knowledge, not the image."""
-        from executor.api.helpers import llm_query
-
         return llm_query(question, long_answer)
 
     def crop_left_of_bbox(self, left: int, lower: int, right: int, upper: int) -> ImagePatch:

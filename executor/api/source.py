@@ -34,6 +34,13 @@ class SourceImage:
         return cls(ref, width, height)
 
 
+class FrameSequence:
+    """What `ImagePatch(x, i)` takes as frame `i` of `x` (a video segment, in ViperGPT's examples)."""
+
+    def frame(self, index: int) -> SourceImage:
+        raise NotImplementedError
+
+
 def to_hwc_uint8(array) -> np.ndarray:
     """Accept (C, H, W) or (H, W, C) arrays, floats in [0, 1] or ints in [0, 255], or PIL images."""
     if hasattr(array, "convert") and hasattr(array, "size"):  # PIL.Image

@@ -10,9 +10,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from executor.api.helpers import select_answer as _select_answer
+from executor.api.language import select_answer as _select_answer
 from executor.api.patch import ImagePatch
-from executor.api.source import SourceImage
+from executor.api.source import FrameSequence, SourceImage
 
 
 class Video:
@@ -35,7 +35,7 @@ class Video:
         return self.frames[index]
 
 
-class VideoSegment:
+class VideoSegment(FrameSequence):
     """A contiguous range of frames of a video, with methods that look at it.
 
     Attributes

@@ -15,57 +15,28 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
 from executor.tools.hf.loading import Placement, from_pretrained, input_device, resolve_device
+from executor.tools.hf.sampling import SamplingSettings
 
 BACKENDS = ("transformers", "vllm")
 
 
-@dataclass(frozen=True)
-class SamplingSettings:
-    n: int = 3  # replies per prompt (ViUniT: 3 for tests, 5 for layouts)
-    temperature: float = 0.7
-    top_p: float = 0.9
-    top_k: int = 0  # 0 = no top-k filter (both transformers and vLLM read 0 that way)
-    max_new_tokens: int = 512
-    seed: int = 0
-    stop: tuple[str, ...] = ()  # generation ends at the first of these strings
-
-    def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"num_candidates must be >= 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-    @classmethod
-    def of(cls, config: Any, stop: tuple[str, ...]) -> SamplingSettings:
-        """The sampling part of a writer's or planner's flat config (`num_candidates`, ...)."""
-        return cls(
-            n=config.num_candidates,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-            max_new_tokens=config.max_new_tokens,
-            seed=config.seed,
-            stop=stop,
-        )
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "stop": list(self.stop)}
+def sampling_of(config: Any, stop: tuple[str, ...]) -> SamplingSettings:
+    """The sampling part of a writer's or planner's flat config (`num_candidates`, ...)."""
+    return SamplingSettings(
+        n=config.num_candidates,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        top_k=config.top_k,
+        max_new_tokens=config.max_new_tokens,
+        seed=config.seed,
+        stop=stop,
+    )
 
 
 @dataclass(frozen=True)
@@ -169,7 +140,7 @@ class HFBackend:
             # A rendered chat template already carries the BOS token; adding it again would double it.
             inputs = tok(batch, return_tensors="pt", padding=True, add_special_tokens=not templated)
             inputs = inputs.to(input_device(model))
-            with torch.inference_mode(), seeded(sampling.seed + i, input_device(model)):
+            with torch.inference_mode(), seeded((sampling.seed or 0) + i, input_device(model)):
                 out = model.generate(**inputs, **kwargs)
             decoded = tok.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
             replies.extend(decoded[j * n : (j + 1) * n] for j in range(len(batch)))

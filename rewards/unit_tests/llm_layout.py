@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rewards.unit_tests.llm_backends import BackendSettings, SamplingSettings, TextBackend, build_text_backend
+from executor.tools.hf.sampling import SamplingSettings
+from rewards.unit_tests.llm_backends import BackendSettings, TextBackend, build_text_backend, sampling_of
 
 PROMPT = Path(__file__).parent / "prompts" / "layout.txt"
 CAPTION_SLOT = "<CAPTION>"
@@ -117,7 +118,7 @@ class LayoutPlannerConfig(BackendSettings):
 
     @property
     def sampling(self) -> SamplingSettings:
-        return SamplingSettings.of(self, stop=("\nCaption:",))
+        return sampling_of(self, stop=("\nCaption:",))
 
 
 class LlmLayoutPlanner:

@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rewards.unit_tests.llm_backends import BackendSettings, SamplingSettings, TextBackend, build_text_backend
+from executor.tools.hf.sampling import SamplingSettings
+from rewards.unit_tests.llm_backends import BackendSettings, TextBackend, build_text_backend, sampling_of
 from rewards.unit_tests.parsing import UnitTest, merge_tests, parse_tests
 from rewards.unit_tests.protocols import register_writer
 
@@ -64,7 +65,7 @@ class LlmWriterConfig(BackendSettings):
 
     @property
     def sampling(self) -> SamplingSettings:
-        return SamplingSettings.of(self, stop=("\nQuery:", "\n# Query:"))
+        return sampling_of(self, stop=("\nQuery:", "\n# Query:"))
 
 
 def load_template(config: LlmWriterConfig) -> str:

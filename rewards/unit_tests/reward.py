@@ -23,7 +23,6 @@ from typing import Any
 from data.records import Example
 from executor.program import program_key
 from executor.results import ExecutionResult
-from rewards.registry import register
 from rewards.unit_tests.cache import UnitTestCache
 from rewards.unit_tests.parsing import UnitTest
 from rewards.unit_tests.protocols import ImageGenerator, TestWriter, build_generator, build_writer
@@ -184,7 +183,6 @@ class UnitTestReward:
         return [r.value for r in self.evaluate([e.query for e in examples], programs)]
 
 
-@register("unit_tests")
 def unit_tests_reward(
     writer: str = "shapes_rules",
     writer_settings: dict[str, Any] | None = None,

@@ -27,7 +27,7 @@ from executor.results import ExecutionResult, ToolCallRecord
 from executor.tools.base import box_from_top_left
 from rewards.answer_normalization import answer_to_text
 from rewards.correctness import parse_box
-from rewards.registry import RewardFn, register
+from rewards.protocol import RewardFn
 from rewards.verifiers.claims import build_claim, text_claim
 from rewards.verifiers.embedders import build_embedder
 from rewards.verifiers.opposites import OppositeConfig, OppositeSampler
@@ -205,7 +205,6 @@ def _int_box(box: Any) -> tuple[int, int, int, int] | None:
     return (left, lower, right, upper) if right > left and upper > lower else None
 
 
-@register("verifier")
 def verifier_reward(runner: Any = None, tool_host: Any = None, **settings: Any) -> RewardFn:
     """ExoViP verification of the final answer (and optionally of the trace) through the tool host.
 

@@ -22,6 +22,7 @@ Every mode works on a whole dataset at once so generation and execution run in l
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,8 +33,8 @@ from executor.results import ExecutionResult
 from executor.runner import SyncRunner
 from rewards.answer_normalization import answer_to_text, normalize_answer
 from train.evaluation.metrics import Prediction
-from train.generation import Generator, SamplingConfig
 from train.prompts import PreviousAttempt, completion_to_program
+from train.sampling.generator import Generator, SamplingSettings
 
 MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "self_debug", "self_tuning")
 FEEDBACK = ("error", "scratch")
@@ -86,8 +87,8 @@ class EvalContext:
     generator: Generator
     prompt: Callable[[Example, PreviousAttempt | None], str]
     runner: SyncRunner
-    greedy: SamplingConfig
-    sampling: SamplingConfig
+    greedy: SamplingSettings
+    sampling: SamplingSettings
     judge: UnitTestJudge | None = None
     tuned_runner: SyncRunner | None = None
     fallback_program: Callable[[Example], str] | None = None
@@ -97,11 +98,11 @@ def _generate(
     ctx: EvalContext,
     examples: Sequence[Example],
     n: int,
-    sampling: SamplingConfig,
+    sampling: SamplingSettings,
     previous: Sequence[PreviousAttempt | None] | None = None,
 ) -> list[list[str]]:
     prompts = [ctx.prompt(e, previous[i] if previous else None) for i, e in enumerate(examples)]
-    completions = ctx.generator.generate(prompts, n, sampling)
+    completions = ctx.generator.generate(prompts, dataclasses.replace(sampling, n=n))
     return [[completion_to_program(p, c) for c in cs] for p, cs in zip(prompts, completions)]
 
 

@@ -19,8 +19,9 @@ from executor.tools.stack import build_backend
 from train.evaluation.fallback import fallback_program
 from train.evaluation.metrics import Prediction
 from train.evaluation.modes import EvalContext, ModeConfig, run_mode
-from train.generation import Generator, HFGenerator, SamplingConfig
 from train.prompts import PreviousAttempt, PromptConfig, PromptTemplate
+from train.sampling.generator import Generator, policy_sampling
+from train.sampling.hf import HFGenerator
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -101,8 +102,8 @@ class EvalSession:
             generator=self.generator,
             prompt=self.prompt,
             runner=self.runner,
-            greedy=SamplingConfig(temperature=0.0, max_new_tokens=c.max_new_tokens, seed=seed),
-            sampling=SamplingConfig(
+            greedy=policy_sampling(temperature=0.0, max_new_tokens=c.max_new_tokens, seed=seed),
+            sampling=policy_sampling(
                 temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens, seed=seed
             ),
             judge=self.judge,

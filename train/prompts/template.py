@@ -14,8 +14,8 @@ import hashlib
 from dataclasses import dataclass
 
 from executor.api.spec import get_variant
-from train.prompts.config import PromptConfig
 from train.prompts.examples import ExampleSet, comment, load_examples, render_examples
+from train.prompts.prompt_config import PromptConfig
 from train.prompts.render import render_api
 
 GUIDELINES_HEADER = "Consider the following guidelines:"

@@ -1,0 +1,183 @@
+"""The shape of the code: imports point one way and never in a circle, the entry scripts shadow no
+installed package, and the project stands alone (no file outside it is cited, no machine path)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("data", "executor", "rewards", "train")
+# Each layer may import itself and the layers after it: train -> rewards -> executor -> data.
+LAYERS = ("train", "rewards", "executor", "data")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    parts = name.split(".")
+    while parts:
+        if ".".join(parts) in modules:
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports, counting every import statement wherever it stands
+    (inside functions and under TYPE_CHECKING too: a circle broken only by a lazy import is still one)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges |= {_resolve(alias.name, modules) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+                source = ".".join(p for p in (base, node.module or "") if p)
+                # `from pkg import submodule` imports the submodule, `from mod import name` the module
+                edges |= {_resolve(f"{source}.{alias.name}", modules) for alias in node.names}
+        graph[module] = edges - {None, module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle_through_a_lazy_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_imports_point_one_way():
+    wrong = []
+    for module, targets in import_graph().items():
+        allowed = LAYERS[LAYERS.index(module.split(".")[0]) :]
+        wrong += [f"{module} -> {t}" for t in sorted(targets) if t.split(".")[0] not in allowed]
+    assert wrong == []
+
+
+def test_entry_scripts_shadow_no_installed_package():
+    """`accelerate launch train/rl.py` puts train/ first on sys.path: every name there must not be
+    the name of a standard-library module or of a module an installed distribution provides."""
+    installed = set(sys.stdlib_module_names) | set(metadata.packages_distributions())
+    names = {p.stem for p in (REPO / "train").glob("*.py")} | {p.name for p in (REPO / "train").iterdir() if p.is_dir()}
+    names -= {"__init__", "__pycache__"}
+    assert names and sorted(names & installed) == []
+
+
+def test_entry_scripts_need_no_sys_path_edits():
+    """Commands run from the installed package: none rewrites sys.path to find its own modules."""
+    entries = [
+        p
+        for package in PACKAGES
+        for p in (REPO / package).rglob("*.py")
+        if p.name == "__main__.py" or '__name__ == "__main__"' in p.read_text(encoding="utf-8")
+    ]
+    offenders = [
+        str(p.relative_to(REPO))
+        for p in entries
+        if re.search(r"sys\.path\s*(\[|\.insert|\.append)", p.read_text(encoding="utf-8"))
+    ]
+    assert len(entries) >= 5 and offenders == []
+
+
+# Anything that points outside the repository: the development machine's folders, the documents the
+# project was built from, absolute home paths.
+OUTSIDE = re.compile(r"\.\./shared|\bshared/(seeds|research|DESIGN)|\bDIGEST\b|/work/|/home/\w|/Users/\w|\.library/")
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".json", ".jsonl", ".sh", ""}
+
+
+def _tracked_text_files() -> list[Path]:
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    out = []
+    for name in files:
+        path = REPO / name
+        if path.suffix in TEXT_SUFFIXES and path.is_file() and path.stat().st_size < 2_000_000:
+            out.append(path)
+    return out
+
+
+def test_no_reference_to_files_outside_the_project():
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    hits = []
+    for path in _tracked_text_files():
+        if path == Path(__file__):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE.search(line):
+                hits.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:100]}")
+    assert hits == []
+
+
+CITATION = re.compile(r"\[([USVE])\]")
+
+
+def test_every_citation_key_is_defined_in_the_references():
+    references = (REPO / "docs" / "references.md").read_text(encoding="utf-8")
+    defined = set(re.findall(r"^\| \*\*\[([A-Z])\]\*\* \|", references, flags=re.M))
+    used = set()
+    for package in (*PACKAGES, "configs"):
+        for path in (REPO / package).rglob("*"):
+            if path.suffix in (".py", ".yaml"):
+                used |= set(CITATION.findall(path.read_text(encoding="utf-8")))
+    assert used and used <= defined, f"cited but not defined in docs/references.md: {sorted(used - defined)}"

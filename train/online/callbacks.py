@@ -1,0 +1,111 @@
+"""Trainer callbacks of the RL entry point: the rollouts log, metrics.jsonl, the wandb program table.
+
+Rollout rows are made when a batch is scored (on every process), held until the optimizer step
+their samples train has finished, gathered to the main process and appended there. A checkpoint
+at step N is saved after step N's `on_step_end`, so it never lacks rows of steps <= N, and resume
+cuts the log back to N.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from transformers import TrainerCallback
+
+from rewards.trl_adapter import ScoredCompletions
+from train.rollouts.log import RolloutLog, RolloutRow
+from train.runs.folder import MetricsLog
+
+logger = logging.getLogger(__name__)
+
+
+class RolloutRecorder(TrainerCallback):
+    """`on_batch` for `TrlRewardAdapter`; writes rows once their step is trained."""
+
+    def __init__(self, log: RolloutLog, prompt_hashes: dict[str, str], policy: str, keep_traces: bool = True):
+        self.log = log
+        self.prompt_hashes = prompt_hashes  # example id -> prompt hash
+        self.policy = policy
+        self.keep_traces = keep_traces
+        self.pending: list[dict[str, Any]] = []
+        self.recent: list[RolloutRow] = []  # the last written step's rows (main process), for the table
+        self.written = 0
+
+    def on_batch(self, batch: ScoredCompletions) -> None:
+        step = batch.global_step + 1  # the optimizer step these samples train (first of them, num_iterations > 1)
+        rows = batch.scored.rows(step, batch.examples, batch.programs, "", self.policy, self.keep_traces)
+        for row in rows:
+            data = row.to_json()
+            data["prompt_hash"] = self.prompt_hashes.get(row.example_id, "")
+            self.pending.append(data)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        from accelerate.utils import gather_object
+
+        ready = [r for r in self.pending if r["step"] <= state.global_step]
+        self.pending = [r for r in self.pending if r["step"] > state.global_step]
+        # Every process reaches on_step_end: the gather is collective; only the main process writes.
+        rows = gather_object(ready) if args.world_size > 1 else ready
+        if state.is_world_process_zero and rows:
+            rows = [RolloutRow.from_json(r) for r in rows]
+            self.written += self.log.append(rows)
+            self.recent = rows
+        return control
+
+
+class MetricsRecorder(TrainerCallback):
+    """Every logged metrics dict as one metrics.jsonl row with its step (main process)."""
+
+    def __init__(self, log: MetricsLog):
+        self.log = log
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            row = {"step": state.global_step}
+            row.update({k: v for k, v in logs.items() if _jsonable(v)})
+            self.log.append(row)
+        return control
+
+
+class ProgramTable(TrainerCallback):
+    """A wandb.Table of the sampled programs of a step, with their traces, every `every` steps."""
+
+    def __init__(self, recorder: RolloutRecorder, every: int, limit: int = 64):
+        self.recorder = recorder
+        self.every = every
+        self.limit = limit
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero or self.every <= 0 or state.global_step % self.every:
+            return control
+        try:
+            import wandb
+        except ImportError:
+            return control
+        if wandb.run is None or not self.recorder.recent:
+            return control
+        columns = ["step", "example_id", "query", "program", "status", "answer", "total", "components", "trace"]
+        table = wandb.Table(columns=columns)
+        for row in self.recorder.recent[: self.limit]:
+            trace = "\n".join(
+                f"{c.get('tool')}({json.dumps(c.get('args'))[:80]}) -> {c.get('result')}" for c in row.tool_calls
+            )
+            table.add_data(
+                row.step,
+                row.example_id,
+                row.query,
+                row.program,
+                row.status,
+                json.dumps(row.answer),
+                row.total,
+                json.dumps(row.components),
+                trace,
+            )
+        wandb.log({"programs": table}, step=state.global_step)
+        return control
+
+
+def _jsonable(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)

@@ -1,0 +1,155 @@
+"""trl's GRPO and RLOO trainers with the two things visual programs need on top.
+
+- Stop at the end of the program. A completion is the body of `execute_command`; what the model
+  writes after it (the next `# query`, another `def`) is cut at the first stop sequence, tokens
+  included, so the loss covers only the program. vLLM gets the same stops as sampling parameters;
+  transformers' generate cannot take stop strings through trl, so its completions are cut here.
+- Zero-variance groups: the groups (samples of one prompt) whose scorable rewards are all equal
+  carry no learning signal (advantage 0). Their count and share are logged every step from the
+  rewards of all processes; with `filter_zero_variance` their tokens are dropped from the loss and
+  from its token count, so for token-normalised losses (dapo, bnpo, dr_grpo) the step is as if
+  the groups had not been sampled. For per-sequence means (loss_type grpo, RLOO) they contribute
+  zero but still count in the mean. trl itself only reports `frac_reward_zero_std`.
+- Execution overlaps the log-probability passes. trl's step is: generate, compute the old
+  log-probabilities (RLOO always; GRPO with vLLM importance sampling or when generation and
+  optimisation steps are misaligned) and the reference ones (beta > 0), then call the reward
+  functions, which run the programs. With `overlap_execution`, each process hands its own
+  completions to the `TrlRewardAdapter` as soon as `_generate` returns, so the programs run in
+  their sandboxes (and the rewards are composed) while the forward passes run; the reward call
+  then only waits for what is left. Without a pass in between (GRPO on transformers with beta 0)
+  there is nothing to hide behind, and the order is as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from trl import GRPOTrainer, RLOOTrainer
+
+from rewards.groups import zero_variance_groups
+from rewards.trl_adapter import TrlRewardAdapter
+
+
+def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str]) -> int:
+    """How many leading tokens to keep: through the token that completes the first stop sequence
+    (all of them when none occurs). Binary search over prefixes: containment only grows."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if not any(s in text for s in stops):
+        return len(ids)
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        prefix = tokenizer.decode(ids[:mid], skip_special_tokens=True)
+        if any(s in prefix for s in stops):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+class ProgramTrainerMixin:
+    """Mixed in front of GRPOTrainer / RLOOTrainer; configure with `setup_program_training`."""
+
+    stop_sequences: tuple[str, ...] = ()
+    filter_zero_variance: bool = False
+    reward_adapter: TrlRewardAdapter | None = None
+    overlap_execution: bool = False
+    completions_at: int  # where `_generate` returns the completions (trl's tuples differ per trainer)
+    _last_rewards_per_func: torch.Tensor | None = None
+    _batch_inputs: list[dict[str, Any]] | None = None
+
+    def setup_program_training(
+        self,
+        stop_sequences: Sequence[str],
+        filter_zero_variance: bool,
+        reward_adapter: TrlRewardAdapter | None = None,
+        overlap_execution: bool = True,
+    ) -> None:
+        """`reward_adapter`: the adapter whose reward functions the trainer was given; with
+        `overlap_execution` its scoring starts right after generation instead of at the reward call."""
+        self.stop_sequences = tuple(stop_sequences)
+        self.filter_zero_variance = filter_zero_variance
+        self.reward_adapter = reward_adapter
+        self.overlap_execution = overlap_execution and reward_adapter is not None
+
+    def _generate(self, prompts):
+        out = super()._generate(prompts)
+        inputs = self._batch_inputs
+        loop = getattr(self, "async_loop", None)  # trl starts it when a reward function is async
+        if not self.overlap_execution or inputs is None or loop is None:
+            return out
+        completions = out[self.completions_at]
+        if not isinstance(completions, list) or len(completions) != len(inputs):
+            raise RuntimeError(
+                f"{type(self).__name__}: expected the completions at position {self.completions_at} of what "
+                "trl's `_generate` returns; this trl version returns something else there"
+            )
+        column = self.reward_adapter.id_column
+        if all(column in x for x in inputs):  # without it the reward call raises the clear error
+            self.reward_adapter.prefetch(prompts, completions, [x[column] for x in inputs], loop)
+        return out
+
+    def _generate_single_turn(self, *args, **kwargs):
+        out = super()._generate_single_turn(*args, **kwargs)
+        if not self.stop_sequences:
+            return out
+        ids, logprobs = out if isinstance(out, tuple) else (out, None)
+        keep = [stop_length(seq, self._tokenizer, self.stop_sequences) for seq in ids]
+        cut = [list(seq[:k]) for seq, k in zip(ids, keep, strict=True)]
+        if logprobs is not None:
+            logprobs = [lp[:k] for lp, k in zip(logprobs, keep, strict=True)]
+        return (cut, logprobs) if isinstance(out, tuple) else cut
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func  # gathered over processes: whole groups
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        self._batch_inputs = inputs  # this process's rows; `_generate` only sees the prompts
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._batch_inputs = None
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        zero = zero_variance_rows(self._last_rewards_per_func, self.reward_weights, group)
+        self._metrics[mode]["zero_variance/groups"].append(float(zero.sum().item()))
+        self._metrics[mode]["zero_variance/share"].append(float(zero.float().mean().item()))
+        if self.filter_zero_variance and mode == "train":
+            rows = zero.repeat_interleave(group)
+            n = output["completion_mask"].size(0)
+            start = self.accelerator.process_index * n
+            local = rows[start : start + n].to(output["completion_mask"].device)
+            output["completion_mask"] = output["completion_mask"] * (~local).unsqueeze(1).to(
+                output["completion_mask"].dtype
+            )
+            if "num_items_in_batch" in output:
+                mask = output["completion_mask"]
+                if output.get("tool_mask") is not None:
+                    mask = mask * output["tool_mask"]
+                output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+            self._metrics[mode]["zero_variance/filtered_share"].append(float(local.float().mean().item()))
+        return output
+
+
+def zero_variance_rows(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:
+    """Bool per group (`rewards.groups.is_zero_variance` of its weighted totals); a row where every
+    reward function returned None is masked and does not count."""
+    weights = weights.to(rewards_per_func.device)
+    totals = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+    totals[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return torch.tensor(zero_variance_groups(totals.tolist(), group), dtype=torch.bool)
+
+
+class ProgramGRPOTrainer(ProgramTrainerMixin, GRPOTrainer):
+    completions_at = 3  # (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...)
+
+
+class ProgramRLOOTrainer(ProgramTrainerMixin, RLOOTrainer):
+    completions_at = 2  # (prompt_ids, completion_ids, completions)
+
+
+TRAINERS = {"grpo": ProgramGRPOTrainer, "rloo": ProgramRLOOTrainer}

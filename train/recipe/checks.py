@@ -1,0 +1,109 @@
+"""Every check of an RL recipe that needs no model and no executor: the policy, the data, the prompts,
+the tool stack, the rewards, the executor settings and the algorithm's settings. A bad value fails
+here, before any work, with a `ConfigError` naming the key."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from data.records import Example
+from executor.runner import RunnerConfig
+from executor.tools.stack import backend_class, read_tool_stack
+from rewards.compose import RewardConfig
+from rewards.registry import check_reward_name
+from train.policy.loading import check_policy
+from train.prompts import PromptConfig
+from train.recipe.data import load_examples, prompt_configs
+from train.recipe.parsing import ConfigError
+from train.recipe.rl_config import RLConfig
+
+
+@dataclass
+class Checked:
+    """What validation read: the examples, prompt configs, tool stack and reward config."""
+
+    examples: list[Example]
+    prompts: dict[str, PromptConfig]
+    tool_stack: dict[str, Any]
+    tool_overrides: dict[str, Any]
+    rewards: RewardConfig
+    runner: RunnerConfig
+
+
+def validate(cfg: RLConfig) -> Checked:
+    """Every check that needs no model and no executor; raises ConfigError naming the key."""
+    check_policy(cfg.policy)
+    examples = load_examples(cfg.data)
+    prompts = prompt_configs(cfg.prompt, examples)
+    try:
+        stack = read_tool_stack(cfg.executor.tool_stack)
+        backend_class(stack["backend"])
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"tool_stack: {exc}") from None
+    overrides = dict(cfg.executor.tool_overrides)
+    if stack["backend"] == "oracle" and cfg.data.dataset == "shapes" and not (stack.get("scene_graphs") or overrides):
+        from data.shapes.tasks import scene_graph_files
+
+        overrides["scene_graphs"] = [str(p) for p in scene_graph_files(cfg.data.dataset_root)]
+    rewards = reward_config(cfg)
+    try:
+        runner = RunnerConfig(
+            slots=cfg.executor.executor_slots or (os.cpu_count() or 1),
+            timeout_s=cfg.executor.executor_timeout_s,
+            max_rpcs=cfg.executor.executor_max_rpcs,
+            sandbox=cfg.executor.executor_sandbox,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"executor: {exc}") from None
+    check_algorithm(cfg)
+    return Checked(examples, prompts, stack, overrides, rewards, runner)
+
+
+def reward_config(cfg: RLConfig) -> RewardConfig:
+    try:
+        config = RewardConfig.from_json({"rewards": cfg.rewards.rewards, "penalties": cfg.rewards.reward_penalties})
+        names = [spec.name for spec in config.rewards]
+        for name in names:
+            check_reward_name(name)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"rewards: {exc}") from None
+    if not names:
+        raise ConfigError("rewards: at least one reward is needed")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"rewards: each reward may appear once, got {names}")
+    return config
+
+
+def check_algorithm(cfg: RLConfig) -> None:
+    t = cfg.training
+    if cfg.algorithm == "rest":
+        if cfg.rest.rest_generator not in ("hf", "vllm"):
+            raise ConfigError(f"rest_generator: {cfg.rest.rest_generator!r} is not one of hf, vllm")
+        if cfg.rest.rest_generator == "vllm":
+            require_vllm("rest_generator: vllm")
+        return
+    if t.reward_weights is not None:
+        raise ConfigError("reward_weights: set weights in `rewards` ({name, weight}); the total is composed there")
+    if t.use_vllm:
+        require_vllm("use_vllm")
+    if cfg.rewards.stop_at_program_end and t.mask_truncated_completions:
+        raise ConfigError(
+            "mask_truncated_completions: a completion cut at the end of its program has no EOS and would be "
+            "masked as truncated; set stop_at_program_end false to use it"
+        )
+    # Samples are generated once per window of optimizer steps; a checkpoint inside a window
+    # would resume with the window's samples lost (they are not checkpointed).
+    window = t.steps_per_generation * t.num_iterations / t.gradient_accumulation_steps
+    if window > 1 and t.save_steps >= 1 and t.save_steps % window:
+        raise ConfigError(
+            f"save_steps: {t.save_steps} is not a multiple of the generation window ({window:g} optimizer steps = "
+            "steps_per_generation x num_iterations / gradient_accumulation_steps)"
+        )
+
+
+def require_vllm(key: str) -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"{key}: vLLM is not installed (it needs a CUDA GPU: pip install 'vprl[vllm]')")

@@ -1,0 +1,168 @@
+"""Training examples and their prompts for the RL entry point.
+
+Examples come from the shapes world (`dataset: shapes`, named tasks) or from a dataset loader
+(`data.loaders.load_dataset`). Each task gets one prompt template (the signature depends on the
+task); the prompt text handed to trl is the framed prompt, in the form whose tokenization by the
+tokenizer alone (what trl does) equals `encode_prompt`'s ids: exactly one BOS.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data.records import Example
+from train.prompts import PromptConfig, PromptTemplate, encode_prompt, frame_prompt
+from train.recipe.parsing import ConfigError
+from train.recipe.rl_config import DataArgs, PromptArgs
+
+SHAPES = "shapes"
+# The papers' training/evaluation samples (data.loaders.sampling), by recipe name.
+SAMPLES = {
+    "gqa_train": "gqa_train_sample",
+    "gqa_eval": "gqa_eval_sample",
+    "okvqa": "okvqa_sample",
+    "vqav2": "vqav2_sample",
+}
+
+
+def dataset_names() -> list[str]:
+    from data.loaders import DATASETS
+
+    return [SHAPES, *DATASETS]
+
+
+def check_data(args: DataArgs) -> None:
+    """Config-time checks: a known dataset name and an existing root."""
+    if args.dataset not in dataset_names():
+        raise ConfigError(f"dataset: unknown dataset {args.dataset!r}; valid: {', '.join(dataset_names())}")
+    if not args.dataset_root:
+        raise ConfigError(f"dataset_root: required (the folder holding the {args.dataset!r} files)")
+    if not Path(args.dataset_root).is_dir():
+        raise ConfigError(f"dataset_root: {args.dataset_root} does not exist (dataset {args.dataset!r})")
+    if args.dataset_sample is not None and args.dataset_sample not in SAMPLES:
+        raise ConfigError(f"dataset_sample: {args.dataset_sample!r} is not one of {', '.join(SAMPLES)}")
+    if args.dataset_limit is not None and args.dataset_limit < 1:
+        raise ConfigError(f"dataset_limit must be a positive integer or null, got {args.dataset_limit}")
+
+
+def load_examples(args: DataArgs) -> list[Example]:
+    check_data(args)
+    try:
+        if args.dataset == SHAPES:
+            from data.shapes.tasks import load_shapes_tasks
+
+            if args.dataset_options:
+                raise ConfigError("dataset_options: the shapes world takes none (choose tasks with dataset_tasks)")
+            tasks = load_shapes_tasks(args.dataset_root, list(args.dataset_tasks))
+            examples = [ex for name in args.dataset_tasks for ex in tasks[name]]
+        else:
+            from data.loaders import load_dataset
+
+            examples = load_dataset(args.dataset, args.dataset_root, args.dataset_split, **args.dataset_options)
+    except (FileNotFoundError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"dataset {args.dataset!r} at {args.dataset_root}: {exc}") from exc
+    if args.dataset_sample is not None:
+        from data.loaders import sampling
+
+        try:
+            examples = getattr(sampling, SAMPLES[args.dataset_sample])(
+                examples, seed=args.dataset_sample_seed
+            ).examples
+        except ValueError as exc:
+            raise ConfigError(f"dataset_sample {args.dataset_sample!r}: {exc}") from None
+    if args.dataset_limit is not None:
+        examples = examples[: args.dataset_limit]
+    if not examples:
+        raise ConfigError(f"dataset {args.dataset!r} at {args.dataset_root}: no examples")
+    dupes = [i for i, n in Counter(ex.id for ex in examples).items() if n > 1]
+    if dupes:
+        raise ConfigError(f"dataset {args.dataset!r}: duplicate example ids {dupes[:5]} (tasks listed twice?)")
+    return examples
+
+
+def prompt_configs(args: PromptArgs, examples: list[Example]) -> dict[str, PromptConfig]:
+    """One PromptConfig per task present (`prompt_task` forces one task for all)."""
+    base = dict(
+        variant=args.prompt_variant,
+        ice_file=args.prompt_ice_file,
+        max_ices=args.prompt_max_ices,
+        include_guidelines=args.prompt_include_guidelines,
+        layout=args.prompt_layout,
+        return_annotation=args.prompt_return_annotation,
+    )
+    if args.prompt_ice_file is not None and not Path(args.prompt_ice_file).is_file():
+        raise ConfigError(f"prompt_ice_file: {args.prompt_ice_file} does not exist")
+    tasks = [args.prompt_task] if args.prompt_task else sorted({ex.task for ex in examples})
+    try:
+        return {task: PromptConfig(task=task, **base) for task in tasks}
+    except ValueError as exc:
+        raise ConfigError(f"prompt: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PromptedExample:
+    example: Example
+    prompt: str  # unframed (what train.generation / the ReST loop take)
+    prompt_hash: str
+
+
+def build_prompts(examples: list[Example], configs: dict[str, PromptConfig]) -> list[PromptedExample]:
+    templates = {task: PromptTemplate.from_config(cfg) for task, cfg in configs.items()}
+    forced = next(iter(templates.values())) if len(templates) == 1 else None
+    out = []
+    for ex in examples:
+        template = forced or templates[ex.task]
+        out.append(PromptedExample(ex, template.build(ex.query), template.hash))
+    return out
+
+
+def trl_prompt_text(prompt: str, tokenizer: Any, style: str = "auto") -> str:
+    """The framed prompt as trl should receive it: trl tokenizes with the tokenizer's special tokens,
+    so a chat-framed text that already starts with BOS loses it here and the tokenizer adds it back.
+    Fails when no form gives `encode_prompt`'s ids (a tokenizer whose post-processor adds no BOS)."""
+    framed = frame_prompt(prompt, tokenizer, style)
+    want = encode_prompt(framed, tokenizer)
+    candidates = [framed]
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and framed.startswith(bos):
+        candidates.insert(0, framed[len(bos) :])
+    for text in candidates:
+        if list(tokenizer(text)["input_ids"]) == want:
+            return text
+    raise ConfigError(
+        "the tokenizer does not add its BOS the way the prompt framing expects, so trl's tokenization would "
+        f"differ from generation's (first ids {want[:4]} vs {list(tokenizer(framed)['input_ids'])[:4]})"
+    )
+
+
+def trl_dataset(prompted: list[PromptedExample], tokenizer: Any, style: str = "auto"):
+    """`datasets.Dataset` with `prompt` (framed text) and `example_id`, the columns the reward adapter reads."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [{"prompt": trl_prompt_text(p.prompt, tokenizer, style), "example_id": p.example.id} for p in prompted]
+    )
+
+
+def split_record(args: DataArgs, examples: list[Example]) -> dict[str, Any]:
+    """The manifest's dataset entry: what was trained on, with an id of the exact example set."""
+    from data.loaders.sampling import split_id
+
+    name = args.dataset if args.dataset != SHAPES else f"shapes:{'+'.join(args.dataset_tasks)}"
+    return {
+        "dataset": args.dataset,
+        "root": str(Path(args.dataset_root).resolve()) if args.dataset_root else None,
+        "split": args.dataset_split,
+        "tasks": list(args.dataset_tasks) if args.dataset == SHAPES else None,
+        "sample": args.dataset_sample,
+        "sample_seed": args.dataset_sample_seed,
+        "limit": args.dataset_limit,
+        "examples": len(examples),
+        "split_id": split_id(name, [ex.id for ex in examples]),
+        "task_counts": dict(Counter(ex.task for ex in examples)),
+    }

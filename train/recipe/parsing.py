@@ -1,0 +1,119 @@
+"""Config parsing for every command: dataclasses from one YAML file plus `--key value` overrides.
+
+trl's `TrlParser` style (`--config recipe.yaml --key value ...`), with two differences: the file is
+read once, here, and an unknown or mistyped key (in the file or on the command line) fails before
+any work starts with the nearest valid keys and the full list, instead of a bare "unknown
+arguments". A mapping under `env:` sets environment variables, as in trl.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def valid_keys(dataclass_types) -> list[str]:
+    return sorted({f.name for cls in dataclass_types for f in dataclasses.fields(cls)})
+
+
+def unknown_key_error(unknown: list[str], valid: list[str], where: str) -> ConfigError:
+    lines = [f"{where}: unknown key(s) {unknown}"]
+    for key in unknown:
+        near = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
+        if near:
+            lines.append(f"  {key!r}: did you mean {', '.join(near)}?")
+    lines.append(f"valid keys: {', '.join(valid)}")
+    return ConfigError("\n".join(lines))
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file's mapping; a missing file, bad YAML or a non-mapping is a ConfigError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of keys to values")
+    return data
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandLine:
+    """`argv` split into the config file (read) and the `--key value` overrides."""
+
+    path: Path | None
+    data: dict[str, Any]
+    overrides: list[str]
+
+    @classmethod
+    def read(cls, argv: Sequence[str] | None = None) -> CommandLine:
+        args = list(sys.argv[1:] if argv is None else argv)
+        if "--config" not in args:
+            return cls(None, {}, args)
+        at = args.index("--config")
+        if at + 1 >= len(args):
+            raise ConfigError("--config needs a file")
+        path = Path(args[at + 1])
+        return cls(path, read_yaml(path), args[:at] + args[at + 2 :])
+
+    def value(self, key: str) -> Any:
+        """A key's value as given: the last `--key` on the command line, else the file's, else None."""
+        found = self.data.get(key)
+        for i, tok in enumerate(self.overrides):
+            if tok == f"--{key}" and i + 1 < len(self.overrides):
+                found = self.overrides[i + 1]
+            elif tok.startswith(f"--{key}="):
+                found = tok.split("=", 1)[1]
+        return found
+
+
+def parse_config(dataclass_types, argv: Sequence[str] | CommandLine | None = None):
+    """Parse `--config FILE` and `--key value` overrides into instances of `dataclass_types`."""
+    from trl import TrlParser
+
+    line = argv if isinstance(argv, CommandLine) else CommandLine.read(argv)
+    data = dict(line.data)
+    env = data.pop("env", None) or {}
+    if not isinstance(env, dict):
+        raise ConfigError(f"{line.path}: `env` must be a mapping of variable names to values")
+    valid = valid_keys(dataclass_types)
+    unknown = sorted(k for k in data if k not in valid)
+    if unknown:
+        raise unknown_key_error(unknown, valid, str(line.path))
+    for key, value in env.items():
+        os.environ[str(key)] = str(value)
+    parser = TrlParser(tuple(dataclass_types))
+    parser.allow_abbrev = False  # `--learning_rat` must be an error, not silently `--learning_rate`
+    parser.set_defaults_with_config(**data)
+    *parsed, remaining = parser.parse_args_into_dataclasses(args=line.overrides, return_remaining_strings=True)
+    if remaining:
+        unknown = sorted({tok.lstrip("-").split("=")[0] for tok in remaining if tok.startswith("--")}) or remaining
+        raise unknown_key_error(unknown, valid, "command line")
+    return tuple(parsed)
+
+
+def structured(value: Any, key: str, kind: type | tuple[type, ...]) -> Any:
+    """A list/mapping option: as given in YAML, or parsed from command-line text (JSON or YAML)."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{key}: cannot parse {value!r}: {exc}") from None
+    if value is not None and not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ConfigError(f"{key}: expected a {names}, got {type(value).__name__} {value!r:.80}")
+    return value

@@ -1,0 +1,96 @@
+"""The RL recipe: one flat YAML file plus `--key value` overrides, parsed once into an `RLConfig`.
+
+The recipe is flat (trl's `TrlParser` style): every key belongs to exactly one section
+(`train.recipe.sections`) or to the trainer's arguments (`train.recipe.trainer_args`: trl's
+`GRPOConfig`, `RLOOConfig`, or `SFTConfig` for `rest`). `algorithm` picks the trainer arguments, so
+a GRPO-only key in an RLOO recipe is an unknown key, listed with the valid ones.
+
+List and mapping values (`rewards`, `reward_penalties`, `dataset_options`, `tool_overrides`,
+`rest_vllm_kwargs`) come as YAML structures from the file or as JSON/YAML text on the command line;
+their fields are typed `str | None` for the argument parser's sake and hold the parsed structure
+after `parse_rl_config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from train.recipe.parsing import CommandLine, ConfigError, parse_config, structured
+from train.recipe.sections import DataArgs, ExecutorArgs, PolicyArgs, PromptArgs, RestArgs, RewardArgs, RunArgs
+from train.recipe.trainer_args import TRAINER_ARGS
+
+ALGORITHMS = tuple(TRAINER_ARGS)
+
+
+# Trainer fields that `__post_init__` derives from others; writing them back would over-determine.
+DERIVED = frozenset({"generation_batch_size"})
+
+SECTIONS = {
+    "policy": PolicyArgs,
+    "data": DataArgs,
+    "prompt": PromptArgs,
+    "executor": ExecutorArgs,
+    "rewards": RewardArgs,
+    "run": RunArgs,
+    "rest": RestArgs,
+}
+
+
+@dataclass
+class RLConfig:
+    policy: PolicyArgs
+    data: DataArgs
+    prompt: PromptArgs
+    executor: ExecutorArgs
+    rewards: RewardArgs
+    run: RunArgs
+    rest: RestArgs
+    training: Any  # GRPOArgs | RLOOArgs | SFTArgs
+
+    @property
+    def algorithm(self) -> str:
+        return self.run.algorithm
+
+    def to_flat(self) -> dict[str, Any]:
+        """The resolved recipe: one flat mapping that `--config` reads back."""
+        out: dict[str, Any] = {}
+        for name in SECTIONS:
+            out.update(dataclasses.asdict(getattr(self, name)))
+        training = self.training.to_dict()
+        init = {f.name for f in dataclasses.fields(self.training) if f.init}
+        out.update({k: v for k, v in training.items() if k in init and k not in DERIVED})
+        return _plain(out)
+
+
+def _plain(value: Any) -> Any:
+    """YAML-safe plain values (tuples to lists, enums already resolved by `to_dict`)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def parse_rl_config(argv: list[str] | None = None) -> RLConfig:
+    """Parse `--config recipe.yaml [--key value ...]` into an `RLConfig` (no files are touched
+    beyond the recipe; `train.recipe.checks.validate` checks what the values name)."""
+    line = CommandLine.read(argv)
+    algorithm = line.value("algorithm") or "grpo"
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm: {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
+    types = [*SECTIONS.values(), TRAINER_ARGS[algorithm]]
+    parsed = parse_config(types, line)
+    sections = dict(zip([*SECTIONS, "training"], parsed[: len(types)], strict=True))
+    cfg = RLConfig(**sections)
+    cfg.rewards.rewards = structured(cfg.rewards.rewards, "rewards", list) or ["correctness"]
+    cfg.rewards.reward_penalties = structured(cfg.rewards.reward_penalties, "reward_penalties", dict)
+    cfg.data.dataset_options = structured(cfg.data.dataset_options, "dataset_options", dict) or {}
+    cfg.executor.tool_overrides = structured(cfg.executor.tool_overrides, "tool_overrides", dict) or {}
+    cfg.rest.rest_vllm_kwargs = structured(cfg.rest.rest_vllm_kwargs, "rest_vllm_kwargs", dict) or {}
+    if cfg.training.output_dir is None:
+        raise ConfigError("output_dir: required (the run folder: checkpoints, adapter, rollouts, manifest)")
+    return cfg

@@ -1,0 +1,65 @@
+"""The trainer's arguments of the RL recipe: trl's `GRPOConfig`, `RLOOConfig` and (for `rest`)
+`SFTConfig`, re-declared with the ViUniT recipe's defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import field
+from typing import Any
+
+from trl import GRPOConfig, RLOOConfig, SFTConfig
+
+from train.sampling.generator import PAPER_SAMPLING
+
+# The ViUniT recipe's defaults (lr 2e-4, linear schedule, warmup 0.1, max grad norm 0.3) and the
+# papers' sampling (temperature 1.0, top-p 0.9, 320 new tokens) over trl's; wandb by default.
+RECIPE_DEFAULTS: dict[str, Any] = {
+    "learning_rate": 2e-4,
+    "lr_scheduler_type": "linear",
+    "warmup_steps": 0.1,  # below 1 it is a ratio of the total steps (transformers 5)
+    "max_grad_norm": 0.3,
+    "report_to": "wandb",
+    "logging_steps": 1,
+    "save_steps": 50,
+    "gradient_checkpointing": False,  # LoRA on a 7B model fits without it; turn it on for long prompts
+}
+SAMPLING_DEFAULTS: dict[str, Any] = {
+    "temperature": PAPER_SAMPLING.temperature,
+    "top_p": PAPER_SAMPLING.top_p,
+    "max_completion_length": PAPER_SAMPLING.max_new_tokens,
+}
+
+
+def _with_defaults(cls: type, defaults: dict[str, Any]) -> type:
+    """`cls` re-declared with other defaults, at module level (checkpoints pickle the arguments).
+    bf16 left unset means "where the hardware has it": trl turns it on unconditionally, which fails
+    on a CPU; the same recipe must parse (and run) on both."""
+    own = {f.name: f for f in dataclasses.fields(cls)}
+
+    def __post_init__(self):
+        if self.bf16 is None and not self.fp16 and not _has_bf16_device():
+            self.bf16 = False
+        cls.__post_init__(self)
+
+    name = f"{cls.__name__.removesuffix('Config')}Args"
+    derived = dataclasses.make_dataclass(
+        name,
+        [(k, own[k].type, field(default=v, metadata=own[k].metadata)) for k, v in defaults.items()],
+        bases=(cls,),
+        namespace={"__post_init__": __post_init__},
+    )
+    derived.__module__, derived.__qualname__ = __name__, name
+    return derived
+
+
+GRPOArgs = _with_defaults(GRPOConfig, {**RECIPE_DEFAULTS, **SAMPLING_DEFAULTS})
+RLOOArgs = _with_defaults(RLOOConfig, {**RECIPE_DEFAULTS, **SAMPLING_DEFAULTS})
+# ReST's SFT step: ViUniT trains one epoch per iteration with a per-device batch of 2.
+SFTArgs = _with_defaults(SFTConfig, {**RECIPE_DEFAULTS, "num_train_epochs": 1.0, "per_device_train_batch_size": 2})
+TRAINER_ARGS: dict[str, type] = {"grpo": GRPOArgs, "rloo": RLOOArgs, "rest": SFTArgs}
+
+
+def _has_bf16_device() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()

@@ -1,0 +1,75 @@
+"""The `rest` algorithm of `train/rl.py`: the recipe's policy, `RestArgs` and `SFTArgs` handed to
+`train.rest.loop.run_rest`, the generator built (transformers, or vLLM's offline engine serving the
+current adapter), and the last iteration's adapter copied to `<output_dir>/adapter` with the
+tokenizer."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from executor.runner import SyncRunner
+from rewards.compose import RewardComposer
+from train.policy.loading import load_model, load_tokenizer, policy_name, wrap_with_lora
+from train.recipe.data import PromptedExample
+from train.recipe.rl_config import RLConfig
+from train.rest.iterations import ITERATIONS_DIR
+from train.rest.loop import run_rest
+from train.rest.sft import sft_state
+from train.rollouts.log import RolloutLog
+from train.rollouts.scorer import ProgramScorer
+from train.runs.folder import ADAPTER_DIR
+from train.sampling.hf import HFGenerator
+
+
+def build_generator(cfg: RLConfig, model: Any, tokenizer: Any) -> Any:
+    if cfg.rest.rest_generator == "vllm":
+        from train.sampling.vllm_engine import VLLMGenerator
+
+        return VLLMGenerator(
+            model_path=cfg.policy.model_name_or_path,
+            tokenizer=tokenizer,
+            style=cfg.policy.framing,
+            max_lora_rank=cfg.policy.lora_r,
+            engine_kwargs=dict(cfg.rest.rest_vllm_kwargs),
+        )
+    return HFGenerator(model, tokenizer, batch_size=cfg.rest.rest_generation_batch_size, style=cfg.policy.framing)
+
+
+def train_rest(
+    cfg: RLConfig,
+    prompted: list[PromptedExample],
+    composer: RewardComposer,
+    runner: SyncRunner,
+    run_dir: Path,
+    hashes: dict[str, str],
+) -> Path:
+    # Under several processes only the main one samples (and so builds a generator: a vLLM engine
+    # is one per run) and writes files; every process trains.
+    state = sft_state(cfg.training, run_dir / ITERATIONS_DIR)
+    tokenizer = load_tokenizer(cfg.policy)
+    model, peft_config = load_model(cfg.policy)
+    model = wrap_with_lora(model, peft_config)
+    adapters = run_rest(
+        model=model,
+        tokenizer=tokenizer,
+        items=[(p.example, p.prompt) for p in prompted],
+        scorer=ProgramScorer(runner, composer),
+        generator=build_generator(cfg, model, tokenizer) if state.is_main_process else None,
+        rest=cfg.rest,
+        sft=cfg.training,
+        style=cfg.policy.framing,
+        run_dir=run_dir,
+        log=RolloutLog.in_run(run_dir),
+        prompt_hash=next(iter(hashes.values())),
+        policy_name=policy_name(cfg.policy),
+    )
+    out = run_dir / ADAPTER_DIR
+    if state.is_main_process:
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(adapters[-1], out)
+        tokenizer.save_pretrained(str(out))
+    state.wait_for_everyone()
+    return out

@@ -1,0 +1,171 @@
+"""One ReST iteration's sampling and selection, on the main process: sample N programs per question,
+score them, log the rollouts, keep the rewarded ones (keep rule, per-question dedupe by
+`program_key`, `max_kept_per_query` cap), write `kept.jsonl`, build the SFT examples and the
+summary's counts. The loop around it (resume, training, adapters, processes) is `train.rest`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data.records import Example
+from executor.program import program_key
+from rewards.groups import is_zero_variance
+from train.prompts import completion_to_program
+from train.recipe.sections import RestArgs
+from train.rest.sft import sft_example
+from train.rollouts.log import RolloutLog, RolloutRow
+from train.rollouts.scorer import ProgramScorer
+from train.sampling.generator import Generator, SamplingSettings
+
+__all__ = ["KeptProgram", "sample_iteration", "select_kept", "summarise"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KeptProgram:
+    item: int  # index into run_rest's items
+    example_id: str
+    program: str
+    total: float
+
+
+def select_kept(rows: Sequence[RolloutRow], items_per_row: Sequence[int], rest: RestArgs) -> list[KeptProgram]:
+    """The training set of one iteration: rows passing the keep rule, deduplicated per question by
+    program key, best reward first (sample order breaks ties), at most `rest_max_kept_per_query`."""
+    by_item: dict[int, list[tuple[int, RolloutRow]]] = defaultdict(list)
+    for order, (row, item) in enumerate(zip(rows, items_per_row, strict=True)):
+        if rest.keeps(row.total):
+            by_item[item].append((order, row))
+    kept: list[KeptProgram] = []
+    for item in sorted(by_item):
+        ranked = sorted(by_item[item], key=lambda pair: (-pair[1].total, pair[0]))
+        seen: set[str] = set()
+        for _, row in ranked:
+            key = row.program_key or program_key(row.program)
+            if rest.rest_dedupe and key in seen:
+                continue
+            seen.add(key)
+            kept.append(KeptProgram(item, row.example_id, row.program, float(row.total)))
+            if rest.rest_max_kept_per_query is not None and len(seen) >= rest.rest_max_kept_per_query:
+                break
+    return kept
+
+
+def summarise(k: int, rows: list[RolloutRow], groups: list[list[float | None]], queries: int) -> dict[str, Any]:
+    totals = [r.total for r in rows if r.total is not None]
+    statuses = Counter(r.status for r in rows)
+    components: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        for name, value in r.components.items():
+            if value is not None:
+                components[name].append(value)
+    return {
+        "iteration": k,
+        "queries": queries,
+        "samples": len(rows),
+        "masked": len(rows) - len(totals),
+        "mean_reward": sum(totals) / len(totals) if totals else None,
+        "status_rates": {s: c / len(rows) for s, c in sorted(statuses.items())} if rows else {},
+        "component_means": {n: sum(v) / len(v) for n, v in sorted(components.items())},
+        "zero_variance_groups": sum(is_zero_variance(g) for g in groups),
+    }
+
+
+def sample_iteration(
+    k: int,
+    *,
+    tokenizer: Any,
+    items: list[tuple[Example, str]],
+    scorer: ProgramScorer,
+    generator: Generator,
+    rest: RestArgs,
+    sampling: SamplingSettings,
+    style: str,
+    max_length: int | None,
+    out: Path,
+    log: RolloutLog,
+    prompt_hash: str,
+    policy_name: str,
+) -> dict[str, Any]:
+    """The main process's half of iteration k: sample, score, log the rollouts, keep, write
+    `out/kept.jsonl` (`out`: the iteration's folder), build the SFT examples. Returns what every
+    process needs (JSON-able, so it can be broadcast): the SFT examples, the summary's counts and
+    the timings."""
+    examples = [ex for ex, _ in items]
+    prompts = [p for _, p in items]
+    n = sampling.n
+    timer: dict[str, float] = {}
+    t0 = time.perf_counter()
+    iter_sampling = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + k)
+    completions = generator.generate(prompts, iter_sampling)
+    if len(completions) != len(prompts) or any(len(c) != n for c in completions):
+        raise RuntimeError(f"generator returned {[len(c) for c in completions]} completions, expected {n} per prompt")
+    timer["generate"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    flat_items = [i for i in range(len(items)) for _ in range(n)]
+    programs = [completion_to_program(prompts[i], c) for i in range(len(items)) for c in completions[i]]
+    flat_examples = [examples[i] for i in flat_items]
+    batch = scorer.score(flat_examples, programs, progress=True)
+    rows = batch.rows(k, flat_examples, programs, prompt_hash=prompt_hash, policy=policy_name)
+    log.append(rows)
+    timer["score"] = time.perf_counter() - t0
+
+    groups = [[r.total for r in rows[i * n : (i + 1) * n]] for i in range(len(items))]
+    stats = summarise(k, rows, groups, len(items))
+    rewarded = sum(rest.keeps(r.total) for r in rows)
+    kept = select_kept(rows, flat_items, rest)
+    t0 = time.perf_counter()
+    sft_rows, too_long, no_body = [], 0, 0
+    for kp in kept:
+        ex = sft_example(tokenizer, prompts[kp.item], kp.program, style)
+        if ex is None:  # rewarded yet no `def execute_command` line first: nothing to continue
+            no_body += 1
+            continue
+        if max_length is not None and len(ex["input_ids"]) > max_length:
+            too_long += 1
+            continue
+        sft_rows.append(ex)
+    if too_long:
+        logger.warning(
+            "rest iteration %d: %d kept programs are longer than max_length %d with their prompt; left out",
+            k,
+            too_long,
+            max_length,
+        )
+    if not sft_rows:
+        logger.warning(
+            "rest iteration %d: nothing to train on (%d of %d samples passed the keep rule); "
+            "the adapter is carried over unchanged",
+            k,
+            rewarded,
+            len(rows),
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kept.jsonl").write_text(
+        "".join(json.dumps(dataclasses.asdict(kp), ensure_ascii=False) + "\n" for kp in kept), encoding="utf-8"
+    )
+    timer["select"] = time.perf_counter() - t0
+    return {
+        "sft_rows": sft_rows,
+        "stats": {
+            **stats,
+            "rewarded": rewarded,
+            "kept": len(kept),
+            "kept_queries": len({kp.item for kp in kept}),
+            "sft_examples": len(sft_rows),
+            "skipped_too_long": too_long,
+            "skipped_no_body": no_body,
+        },
+        "timer": timer,
+    }
