@@ -4,7 +4,7 @@ the shapes world, with execution overlapping the log-probability passes and with
     python bench/rl_step.py [--algorithm grpo|rloo] [--beta B] [--steps 4] [--prompts 4] [--generations 4]
                             [--max_new_tokens 96] [--policy DIR] [--world DIR] [--slots 2] [--only overlap|sequential]
 
-Without --policy it uses the bootstrapped tiny policy (`train.bootstrap.ensure_tiny_policy`,
+Without --policy it uses the bootstrapped tiny policy (`train.bootstrap.fit.ensure_tiny_policy`,
 built and cached under runs/tiny_policy on first use) and the world it was trained on. The
 trainer is the entry point's own (`train.online.run.build_trainer`) with the real sandboxed
 executor and `shapes` tools; timers wrap its methods:

@@ -14,17 +14,9 @@ All of them are async (trl gathers async reward functions on its own event loop)
 start runs the batch through the scorer (sandboxed execution on the executor's loop, composition
 in a worker thread) and the others await the same result, so each batch executes once.
 
-Overlap: trl computes the batch's old and reference log-probabilities (forward passes) between
-generation and the reward call. `prefetch` starts the batch's scoring on trl's loop as soon as the
-completions exist (the trainer calls it right after generation), so the programs run in their
-sandboxes while the forward passes run; the reward functions then pick up the running (or
-finished) task instead of starting one. Batches are matched by content (example ids, prompts,
-completions), so a batch the reward functions see differently from what was prefetched simply
-runs again. Execution-status metrics and `on_batch` happen once per batch, when the reward
-functions take it (they need trl's `log_metric` and `trainer_state`); an exception raised while
-scoring a prefetched batch is raised there too. At most `max_prefetched` batches wait untaken:
-the oldest is dropped (not cancelled: its programs may share in-flight runs with a newer batch;
-it finishes on the executor, its results fill the runner's memo, and an error is logged).
+Overlap: `prefetch` starts a batch's scoring as soon as its completions exist, while trl computes
+the old and reference log-probabilities; the reward functions then take the running task. How
+batches are matched and bounded: docs/design-notes.md#overlap.
 
 Layering: rewards never imports train; the caller hands in `to_program` (completion -> program
 source) and a scorer with `async ascore(examples, programs)` returning `.results` and `.rewards`.

@@ -1,6 +1,6 @@
 """Shared pieces of the evaluation tests: a small shapes world and a scripted policy.
 
-`ScriptedPolicy` is a `train.generation.Generator` test double standing in for "a policy that
+`ScriptedPolicy` is a `train.sampling.generator.Generator` test double standing in for "a policy that
 makes mistakes": for each prompt it writes the shapes world's gold program (`load_gold_programs`)
 or a plausible wrong one (`data.shapes.mutations.mutate`, a crash, or a too-tight crop). That is
 legitimate for testing the inference modes, which only ever see programs, never how they were
@@ -125,7 +125,7 @@ class ScriptedPolicy:
 
 def build_tiny_llama(out, world, context: int = 256, adapter_out=None) -> str:
     """A random tiny Llama with a tokenizer trained on the world's bare prompts and gold programs
-    (train.tiny_policy), saved to `out`; with `adapter_out`, also a fresh LoRA adapter on it."""
+    (train.policy.tiny), saved to `out`; with `adapter_out`, also a fresh LoRA adapter on it."""
     from train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
     from train.prompts import PromptConfig, PromptTemplate
 

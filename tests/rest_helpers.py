@@ -1,6 +1,6 @@
 """Helpers shared by the ReST and vLLM-generation tests.
 
-- a tiny random causal LM with a LoRA adapter, built offline by `train.tiny_policy`: its byte-level
+- a tiny random causal LM with a LoRA adapter, built offline by `train.policy.tiny`: its byte-level
   BPE trained here on program text (prompts and programs take few tokens) and a 2-layer Llama with
   random weights (it writes noise, not programs);
 - a small shapes world with three training questions and their gold programs;
@@ -26,7 +26,7 @@ CODE_CORPUS = [
 
 
 def build_tokenizer(out_dir: str | Path, corpus: list[str] | None = None, chat_template: str | None = None) -> Any:
-    """`train.tiny_policy`'s BPE tokenizer trained on `corpus` and a few program lines; saved to `out_dir`."""
+    """`train.policy.tiny`'s BPE tokenizer trained on `corpus` and a few program lines; saved to `out_dir`."""
     from train.policy.tiny import train_tokenizer
 
     fast = train_tokenizer((corpus or []) + CODE_CORPUS * 4, vocab_size=600, context=4096)

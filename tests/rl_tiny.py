@@ -37,7 +37,7 @@ def build_world(root: Path) -> Path:
 
 
 def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0) -> Path:
-    """A 2-layer Llama (hidden 64) with `train.tiny_policy`'s BPE tokenizer trained on the world's
+    """A 2-layer Llama (hidden 64) with `train.policy.tiny`'s BPE tokenizer trained on the world's
     prompts and gold programs, fitted briefly on them; saved as a model folder."""
     import torch
 

@@ -115,7 +115,9 @@ def test_entry_scripts_shadow_no_installed_package():
     """`accelerate launch train/rl.py` puts train/ first on sys.path: every name there must not be
     the name of a standard-library module or of a module an installed distribution provides."""
     installed = set(sys.stdlib_module_names) | set(metadata.packages_distributions())
-    names = {p.stem for p in (REPO / "train").glob("*.py")} | {p.name for p in (REPO / "train").iterdir() if p.is_dir()}
+    names = {p.stem for p in (REPO / "train").glob("*.py")} | {
+        p.name for p in (REPO / "train").iterdir() if p.is_dir()
+    }
     names -= {"__init__", "__pycache__"}
     assert names and sorted(names & installed) == []
 

@@ -1,6 +1,6 @@
 """`python -m train.evaluation`: bad input fails before any work with a message naming the bad value; the
 pipeline writes JSON (round trip), markdown (the matrix) and PNG plots; and the command line runs
-end to end on a tiny Llama, as a script (`python train/evaluate.py`, the sys.path fix).
+end to end on a tiny Llama, as a script (`python train/evaluation/pipeline.py`, the sys.path fix).
 
 The pipeline test drives `evaluate()` with the scripted policy of tests/evaluate_helpers.py (a
 `Generator` test double standing in for two policies of different quality), so its numbers are

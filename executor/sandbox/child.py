@@ -1,30 +1,9 @@
 """Inside a sandbox: the isolation set-up after fork, and running the program to its one result frame
 (the program's side of the channel is channel.py).
 
-Process tree of one program (all forked, never exec'd, from the lean supervisor), spawn "clone"
-(the default):
-
-    supervisor ── program: clone(2) into new pid/mount/ipc/uts namespaces, so directly PID 1 of
-                     its own pid namespace; joins an empty network namespace of the pool
-                     (netns.py); PDEATHSIG, setsid, chroot into an empty dir. Made ahead of its
-                     task (a spare), it waits as root with nothing of ours for one task frame,
-                     then rlimits, a uid of its slot's, PDEATHSIG re-armed, NO_NEW_PRIVS, "ready", the
-                     program
-
-spawn "fork" (the original path, kept as a fallback; two more processes and a fresh network
-namespace per program, made when the task is already known):
-
-    supervisor ── outer (setsid, PDEATHSIG, unshare net/mount/ipc/uts/pid)
-                    └─ init, PID 1 of the new namespace (chroot into an empty dir; reaps)
-                         └─ program, PID 2 (as above)
-
-Why the program itself is PID 1 with "clone": a fork copies, and an exit tears down, the page
-tables of the whole interpreter image; one process per program instead of two halves that cost,
-which is most of what a sandbox costs (docs/benchmarks.md, "Where a sandbox's time goes"). What
-being a namespace's init changes for the program: the kernel ignores the signals it sends itself
-without a handler (it cannot SIGSTOP or SIGKILL itself: it runs on, within its deadline), and the
-children it does not wait for stay zombies until it ends (RLIMIT_NPROC bounds them). Its death
-kills everything left in the namespace, `setsid` daemons included.
+With spawn "clone" (the default) the program is PID 1 of its own pid namespace, cloned straight
+into it; spawn "fork" adds an outer process and an init. The trees, and what being init changes
+for the program: docs/design-notes.md#sandbox-process-tree.
 
 The supervisor kills the program (or, with "fork", `outer`, whose death kills `init` by
 PDEATHSIG), and the death of a namespace's init makes the kernel kill every process left in it.

@@ -18,7 +18,7 @@ from executor.tools.stack import build_backend
 from rewards.compose import RewardComposer, RewardConfig
 from train.prompts import PromptConfig, PromptTemplate, completion_to_program
 from train.rollouts.scorer import ProgramScorer
-from train.sampling.generator import policy_sampling
+from train.sampling.generator import policy_sampling, sampling_fields
 from train.sampling.hf import HFGenerator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,13 +81,7 @@ def evaluate_policy(model, tokenizer, examples: list[Example], gold: dict[str, s
     prompts = [template.build(e.query) for e in examples]
     generator = HFGenerator(model, tokenizer, batch_size=128, style="plain")
     greedy = generator.generate(prompts, policy_sampling(temperature=0, max_new_tokens=cfg.eval_max_new_tokens))
-    sampling = policy_sampling(
-        n=k,
-        temperature=cfg.eval_temperature,
-        top_p=cfg.eval_top_p,
-        max_new_tokens=cfg.eval_max_new_tokens,
-        seed=cfg.seed,
-    )
+    sampling = policy_sampling(**sampling_fields(cfg, "eval_"), n=k, seed=cfg.seed)
     samples = generator.generate(prompts, sampling)
     jobs: list[tuple[Example, str]] = []
     for e, p, g, s in zip(examples, prompts, greedy, samples, strict=True):

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,10 @@ DOMINANT_MISTAKES = (
 VERSION = 1  # bump when the recipe changes so cached policies are rebuilt
 
 
-@dataclass
-class BootstrapConfig:
+@dataclass(frozen=True)
+class BootstrapConfig(TinyModelConfig):
+    """The tiny policy's recipe: the model's sizes (`TinyModelConfig`'s fields), then these."""
+
     out: str = "runs/tiny_policy"
     seed: int = 0
     # the world trained on (its validation questions are the evaluation's)
@@ -71,13 +73,6 @@ class BootstrapConfig:
     gold_weak: float = 0.3  # P(gold) in a weak family
     dominant: float = 0.75  # share of a weak family's mistakes that are its dominant one
     copies: int = 2  # targets drawn per training question
-    # the model
-    vocab_size: int = 1024
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 384
-    context: int = 512
     # supervised training
     epochs: float = 3.0
     max_steps: int = -1
@@ -97,6 +92,7 @@ class BootstrapConfig:
     sandbox: str = "full"
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # the sizes
         for name in ("weak_share", "gold_strong", "gold_weak", "dominant"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
@@ -104,12 +100,9 @@ class BootstrapConfig:
         for name in ("world_train", "world_val", "copies", "batch_size", "threads", "eval_samples", "slots"):
             if getattr(self, name) < 1:
                 raise ValueError(f"BootstrapConfig.{name} must be >= 1, got {getattr(self, name)}")
-        self.model_config()  # validates the sizes
 
     def model_config(self) -> TinyModelConfig:
-        return TinyModelConfig(
-            self.vocab_size, self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size, self.context
-        )
+        return TinyModelConfig(**{f.name: getattr(self, f.name) for f in fields(TinyModelConfig)})
 
     def key(self) -> str:
         """Hash of everything that changes the policy (not where it is written, nor how many

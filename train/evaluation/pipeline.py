@@ -53,7 +53,7 @@ def evaluate(
     prepared: tuple[EvalPlan, dict[str, list[Example]]] | None = None,
 ) -> dict[str, Any]:
     """Run the whole evaluation. `make_generator(policy)` replaces loading the policy with
-    transformers (tests drive the pipeline with a scripted `train.generation.Generator`)."""
+    transformers (tests drive the pipeline with a scripted `train.sampling.generator.Generator`)."""
     from tqdm import tqdm
 
     from train.evaluation.report import write_reports

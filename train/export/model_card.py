@@ -1,5 +1,5 @@
 """The model card of an exported adapter (README.md): base, LoRA settings, data, prompt, tool stack,
-rewards, hyperparameters, a metric summary of the run and its provenance. train/export.py writes it."""
+rewards, hyperparameters, a metric summary of the run and its provenance. train/export/adapter.py writes it."""
 
 from __future__ import annotations
 

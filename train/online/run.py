@@ -3,7 +3,7 @@
 
 With `overlap_execution` (the default) each batch's programs start executing right after
 generation, while trl computes the old and reference log-probabilities, instead of when trl calls
-the reward functions (`train.rl_trainers`, `TrlRewardAdapter.prefetch`)."""
+the reward functions (`train.online.trainers`, `TrlRewardAdapter.prefetch`)."""
 
 from __future__ import annotations
 

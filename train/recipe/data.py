@@ -8,6 +8,7 @@ tokenizer alone (what trl does) equals `encode_prompt`'s ids: exactly one BOS.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,18 +87,13 @@ def load_examples(args: DataArgs) -> list[Example]:
 
 
 def prompt_configs(args: PromptArgs, examples: list[Example]) -> dict[str, PromptConfig]:
-    """One PromptConfig per task present (`prompt_task` forces one task for all)."""
-    base = dict(
-        variant=args.prompt_variant,
-        ice_file=args.prompt_ice_file,
-        max_ices=args.prompt_max_ices,
-        include_guidelines=args.prompt_include_guidelines,
-        layout=args.prompt_layout,
-        return_annotation=args.prompt_return_annotation,
-    )
+    """One PromptConfig per task present (`prompt_task` forces one task for all). Every other
+    `prompt_<name>` key of the recipe is PromptConfig's `<name>`."""
+    base = {f.name.removeprefix("prompt_"): getattr(args, f.name) for f in dataclasses.fields(args)}
+    forced = base.pop("task")
     if args.prompt_ice_file is not None and not Path(args.prompt_ice_file).is_file():
         raise ConfigError(f"prompt_ice_file: {args.prompt_ice_file} does not exist")
-    tasks = [args.prompt_task] if args.prompt_task else sorted({ex.task for ex in examples})
+    tasks = [forced] if forced else sorted({ex.task for ex in examples})
     try:
         return {task: PromptConfig(task=task, **base) for task in tasks}
     except ValueError as exc:
@@ -107,7 +103,7 @@ def prompt_configs(args: PromptArgs, examples: list[Example]) -> dict[str, Promp
 @dataclass(frozen=True)
 class PromptedExample:
     example: Example
-    prompt: str  # unframed (what train.generation / the ReST loop take)
+    prompt: str  # unframed (what train.sampling.generator / the ReST loop take)
     prompt_hash: str
 
 

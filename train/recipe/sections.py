@@ -4,9 +4,11 @@ arguments (`train.recipe.trainer_args`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from train.prompts import PromptConfig
 from train.recipe.parsing import ConfigError
 from train.sampling.generator import PAPER_SAMPLING
 
@@ -46,17 +48,25 @@ class DataArgs:
     dataset_options: str | None = field(default=None, metadata={"help": "loader keyword options (mapping)"})
 
 
-@dataclass
-class PromptArgs:
-    """`train.prompts.PromptConfig` fields, prefixed; `prompt_task` None takes the examples' task."""
+def _prefixed(cls: type, prefix: str, name: str, doc: str, defaults: dict[str, object]) -> type:
+    """`cls`'s fields as flat recipe keys (`prefix` + field name), with its defaults unless given."""
+    own = [
+        (prefix + f.name, f.type, field(default=defaults.get(f.name, f.default)))
+        for f in dataclasses.fields(cls)
+        if f.init
+    ]
+    made = dataclasses.make_dataclass(name, own, namespace={"__doc__": doc})
+    made.__module__ = __name__
+    return made
 
-    prompt_variant: str = "vipergpt"
-    prompt_task: str | None = None
-    prompt_ice_file: str | None = field(default=None, metadata={"help": "in-context examples or an ACE file"})
-    prompt_max_ices: int | None = None
-    prompt_include_guidelines: bool = True
-    prompt_layout: str = "stanic"
-    prompt_return_annotation: str | None = None
+
+PromptArgs = _prefixed(
+    PromptConfig,
+    "prompt_",
+    "PromptArgs",
+    "`train.prompts.PromptConfig`'s fields, prefixed; `prompt_task` None takes the examples' task.",
+    {"task": None},
+)
 
 
 @dataclass

@@ -2,24 +2,7 @@
 executor, keep the rewarded ones, fine-tune the LoRA on them with trl's SFTTrainer, repeat K times,
 one adapter per iteration.
 
-What ViUniT's code (`train.py` + `train_virep.py`) does, and what we keep or change:
-
-- keep: `reward > 0` (their `improve_dataset.filter(lambda x: x['reward'] > 0.)`); here
-  `rest_keep_threshold` / `rest_keep_rule` on the composed total, 0 and "above" by default. Their reward
-  weighting of the loss never runs (the `...WithReward` classes are dropped by `from_pretrained`),
-  so training is filter-only: so is ours.
-- continue, not restart: iteration k loads `model_{k-1}` (`PeftModel.from_pretrained(...,
-  is_trainable=True)`) and trains on iteration k's kept programs. `rest_restart_from_base` instead
-  trains every iteration from the policy's initial adapter (ReST-EM's choice), still sampling with
-  the latest one. Their trainer also resumes optimizer and scheduler state with
-  `num_train_epochs = epochs * (k + 1)`, which HF's resume turns into a step count measured on the
-  *previous* dataset's size; we start a fresh optimizer and warmup+linear schedule each iteration.
-- same prompt for sampling and training: they sample with the long API prompt and train on a short
-  one with no API listing (and may put two BOS in front for vLLM). Here the training sequence is
-  `encode_prompt(frame_prompt(prompt))`, the exact ids the generator fed the model, followed by the
-  program body the model wrote and EOS; the loss covers the body and EOS only.
-- dedupe: identical programs (by `program_key`) of one question are kept once;
-  `rest_max_kept_per_query` caps the rest (best reward first).
+How it differs from ViUniT's released code, and why: docs/design-notes.md#rest-versus-viunit.
 
 Files: `train.rest.iterations`. An iteration's adapter folder appears last (renamed into place), so
 its presence marks the iteration done: resume skips it, reloads the last done adapter and truncates
@@ -60,7 +43,7 @@ from train.rest.select import sample_iteration
 from train.rest.sft import load_adapter, save_adapter, sft_state, train_sft
 from train.rollouts.log import RolloutLog
 from train.rollouts.scorer import ProgramScorer
-from train.sampling.generator import Generator, policy_sampling
+from train.sampling.generator import Generator, policy_sampling, sampling_fields
 
 logger = logging.getLogger(__name__)
 
@@ -137,13 +120,7 @@ def run_rest(
     if rest.rest_restart_from_base and not (initial / ADAPTER_WEIGHTS).is_file():
         raise FileNotFoundError(f"restart_from_base needs the initial adapter at {initial}")
 
-    sampling = policy_sampling(
-        n=rest.rest_samples_per_query,
-        temperature=rest.rest_temperature,
-        top_p=rest.rest_top_p,
-        max_new_tokens=rest.rest_max_new_tokens,
-        seed=sft.seed,
-    )
+    sampling = policy_sampling(**sampling_fields(rest, "rest_"), n=rest.rest_samples_per_query, seed=sft.seed)
     bar = tqdm(
         range(first, rest.rest_iterations),
         desc="rest iterations",

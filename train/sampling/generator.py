@@ -13,10 +13,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from executor.tools.hf.sampling import SamplingSettings
+from executor.tools.hf.sampling import SamplingSettings, sampling_fields
 from train.prompts import STOP_SEQUENCES
 
-__all__ = ["PAPER_SAMPLING", "Generator", "SamplingSettings", "cut_at_stop", "policy_sampling"]
+__all__ = ["PAPER_SAMPLING", "Generator", "SamplingSettings", "cut_at_stop", "policy_sampling", "sampling_fields"]
 
 # The papers' sampling of programs: temperature 1.0, top-p 0.9, 320 new tokens (docs/references.md).
 PAPER_SAMPLING = SamplingSettings(temperature=1.0, top_p=0.9, max_new_tokens=320, stop=STOP_SEQUENCES)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 
@@ -43,3 +43,10 @@ class SamplingSettings:
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> SamplingSettings:
         return cls(**{**row, "stop": tuple(row.get("stop", ()))})
+
+
+def sampling_fields(config: Any, prefix: str = "") -> dict[str, Any]:
+    """The sampling settings a flat config holds as `<prefix><field>` (`rest_temperature`,
+    `eval_top_p`, ...), by `SamplingSettings`' field names: the config names them once."""
+    names = [f.name for f in fields(SamplingSettings)]
+    return {name: getattr(config, prefix + name) for name in names if hasattr(config, prefix + name)}
