@@ -140,7 +140,9 @@ def test_entry_scripts_need_no_sys_path_edits():
 
 # Anything that points outside the repository: the development machine's folders, the documents the
 # project was built from, absolute home paths.
-OUTSIDE = re.compile(r"\.\./shared|\bshared/(seeds|research|DESIGN)|\bDIGEST\b|/work/|/home/\w|/Users/\w|\.library/")
+OUTSIDE = re.compile(
+    r"\.\./shared|\bshared/(seeds|research|DESIGN)|\bDIGEST\b|(?i:\bthe (digest|seeds)\b)|/work/|/home/\w|/Users/\w|\.library/"
+)
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".json", ".jsonl", ".sh", ""}
 
 

@@ -166,7 +166,7 @@ def test_tool_stack_yamls_are_valid_hf_configs(name):
     backend = HFBackend(ImageStore(), **config)  # validates every key; loads nothing
     assert backend.models.loaded() == []
     _, tools = parse_config(config)
-    if name == "viunit":  # the paper's settings (DIGEST Appendix A)
+    if name == "viunit":  # the paper's settings ([U] C.2; docs/references.md#tool-stacks)
         assert (tools["detect"].box_threshold, tools["detect"].text_threshold, tools["verify"].threshold) == (
             0.2,
             0.2,

@@ -6,7 +6,7 @@ in that stratum: not on file order, not on Python's hash seed, and not on other 
 GQA group leaves the others' picks unchanged). Strata with too few items are taken whole, as
 ViUniT does for small GQA groups (`typeVerifyC`, `stateChoose`, ...).
 
-Recipes (counts from ViUniT, see the digest's §6):
+Recipes (counts from ViUniT, [U] A and F.4.2; docs/references.md#datasets-and-metrics):
 
 * GQA: `gqa_eval_sample` 5 per question family (`types.detailed`) from balanced-val (502 in the
   paper); `gqa_train_sample` 10 per family from balanced-train (1022).

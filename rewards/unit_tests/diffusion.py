@@ -1,4 +1,4 @@
-"""Test images from diffusers pipelines (DIGEST §5.4): text-to-image and layout-guided.
+"""Test images from diffusers pipelines ([U] D.4; docs/references.md#test-images): text-to-image and layout-guided.
 
 - "diffusers_t2i": Stable Diffusion or SDXL, picked from the checkpoint by
   `AutoPipelineForText2Image` (ViUniT: `CompVis/stable-diffusion-v1-4`,

@@ -1,6 +1,7 @@
 """The layout path of test-image generation for the shapes world ("shapes_layout").
 
-As in LM-grounded diffusion (LMD+, DIGEST §5.4), a description first becomes a *layout* (one box
+As in LM-grounded diffusion (LMD+, [U] D.4.1; docs/references.md#test-images), a description first becomes a
+*layout* (one box
 per object, a background, the excluded things), then an image. Here the layout step is rules, not
 an LLM, and the image step is the shapes world's own renderer instead of a layout-guided diffusion
 model, so the pictures are what the shapes tools were built for.

@@ -1,4 +1,5 @@
-"""The layout step of LM-grounded diffusion (DIGEST §5.4): a description becomes boxes, by an LLM.
+"""The layout step of LM-grounded diffusion ([U] D.4.1; docs/references.md#test-images): a description becomes
+boxes, by an LLM.
 
 The model sees a few-shot prompt (`prompts/layout.txt`): a 512x512 canvas with its origin at the
 top-left, one `('phrase', [x, y, width, height])` box per object, a background prompt and a

@@ -1,4 +1,5 @@
-"""The LLM test writer ("llm"): ViUniT's candidate unit tests from a language model (DIGEST §5.2).
+"""The LLM test writer ("llm"): ViUniT's candidate unit tests from a language model ([U] §D,
+docs/references.md#unit-test-candidates).
 
 For each query the model sees a few-shot prompt and samples `num_candidates` replies (ViUniT: 3,
 temperature 0.7, top-p 0.9, 512 new tokens). Two prompts, as in ViUniT:

@@ -1,4 +1,4 @@
-"""The visual unit-test reward (ViUniT, DIGEST §5), registered as "unit_tests".
+"""The visual unit-test reward (ViUniT, [U] D–F; docs/references.md#unit-test-scoring), registered as "unit_tests".
 
 For each program: the candidate tests of its query (written once, cached), k of them sampled
 (Algorithm 1), an image per test (drawn once, cached as PNG), the program run on every test image

@@ -6,7 +6,8 @@
             = -runtime_penalty     it fails while running (exception, timeout, limits)
             = None                 we failed to run it (infra_error): the test is left out
 
-The seeds give neither h's exact form nor the penalty values (DIGEST §5.5); these are ours, and
+The papers give neither h's exact form nor the penalty values ([U] E.3; docs/references.md#unit-test-scoring);
+these are ours, and
 the penalties default to 0 so that the default reward is ViUniT's pass rate.
 """
 

@@ -1,4 +1,4 @@
-"""Semantic opposites for ExoViP's negative sampling ([E] §3.2, E.4; DIGEST §4.3).
+"""Semantic opposites for ExoViP's negative sampling ([E] §3.2, E.4; docs/references.md#exovip-verifiers).
 
 A candidate answer is scored *relative to* a semantic opposite: `s = s(answer) - s(opposite)`.
 ExoViP chooses the opposite with CLIP text embeddings, either the least similar word (§3.2) or a

@@ -1,4 +1,5 @@
-"""The seeds' inference-time uses of programs and unit tests, one function per mode.
+"""The papers' inference-time uses of programs and unit tests, one function per mode
+(docs/references.md#evaluation-modes).
 
 - `single`: one greedy program (ViperGPT, Stanić et al.'s zero-shot row).
 - `majority`: N sampled programs, majority vote over the answers of those that ran.

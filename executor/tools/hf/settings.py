@@ -2,7 +2,7 @@
 
 A tool stack YAML (e.g. `configs/tools/viunit.yaml`) minus its `backend:` key is passed as keyword
 arguments to `HFBackend`. Unknown keys are errors that list the valid ones, at every level.
-Defaults are the papers' settings (see `/work/shared/seeds/DIGEST.md` §1.11 and Appendix A).
+Defaults are the papers' settings (ViUniT's, [U] C.2; see `docs/references.md#tool-stacks`).
 """
 
 from __future__ import annotations
