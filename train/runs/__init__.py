@@ -1,0 +1,2 @@
+"""The run folder: config, manifest, checkpoints, logs and resume (`folder`), the manifest's contents
+(`manifest`)."""
