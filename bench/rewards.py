@@ -28,14 +28,13 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.records import Example  # noqa: E402
 from data.shapes import BuildConfig, build_dataset, load_gold_programs  # noqa: E402
-from data.shapes.mutations import mutate  # noqa: E402
+from data.shapes.mutations import MutationPair, mutate  # noqa: E402
 from data.shapes.tasks import load_shapes_tasks, scene_graph_files  # noqa: E402
 from executor.host import ToolHost  # noqa: E402
 from executor.runner import RunnerConfig, SyncRunner  # noqa: E402
@@ -47,15 +46,10 @@ from rewards.registry import reward_names  # noqa: E402
 TASK_NAMES = ("val", "heldout", "winoground", "sugarcrepe", "refcoco")
 
 
-@dataclass(frozen=True)
-class Pair:
-    example: Example
-    gold: str
-    mutant: str
-    kind: str
+Candidate = tuple[Example, MutationPair]  # a gold program and one mutant of it, on one example
 
 
-def candidate_pairs(root: Path, seed: int) -> list[Pair]:
+def candidate_pairs(root: Path, seed: int) -> list[Candidate]:
     """Every (example, gold, mutant) of the world's evaluation tasks, shuffled."""
     gold = load_gold_programs(root)
     tasks = load_shapes_tasks(root, list(TASK_NAMES))
@@ -65,7 +59,7 @@ def candidate_pairs(root: Path, seed: int) -> list[Pair]:
             program = gold.get(example.task, {}).get(example.query)
             if program is None:
                 continue
-            pairs.extend(Pair(example, program, m.program, m.kind) for m in mutate(program))
+            pairs.extend((example, MutationPair(example.task, example.query, program, m)) for m in mutate(program))
     random.Random(seed).shuffle(pairs)
     return pairs
 
@@ -110,10 +104,10 @@ def ranks(xs: list[float]) -> list[float]:
     return out
 
 
-def run_backend(backend_name: str, root: Path, candidates: list[Pair], args, workdir: Path) -> list[dict]:
+def run_backend(backend_name: str, root: Path, candidates: list[Candidate], args, workdir: Path) -> list[dict]:
     # 1. execute gold and mutants; keep pairs whose mutant is wrong on the example
-    examples = [e for p in candidates for e in (p.example, p.example)]
-    programs = [s for p in candidates for s in (p.gold, p.mutant)]
+    examples = [example for example, _ in candidates for _ in (0, 1)]
+    programs = [s for _, pair in candidates for s in (pair.gold, pair.mutation.program)]
     with SyncRunner(ToolHost(build_backend(backend_config(backend_name, root))), RunnerConfig(slots=args.slots)) as r:
         results = r.run(list(zip(examples, programs)))
     kept: list[int] = []
@@ -133,7 +127,7 @@ def run_backend(backend_name: str, root: Path, candidates: list[Pair], args, wor
     ex = [examples[j] for j in idx]
     progs = [programs[j] for j in idx]
     corr = [correctness(ex[k], results[j].answer) if results[j].ok else 0.0 for k, j in enumerate(idx)]
-    kinds = Counter(candidates[i].kind for i in kept)
+    kinds = Counter(candidates[i][1].mutation.kind for i in kept)
     print(f"[{backend_name}] {len(kept)} pairs; mutation kinds: {dict(kinds.most_common())}")
 
     rows = []
@@ -168,7 +162,7 @@ def run_backend(backend_name: str, root: Path, candidates: list[Pair], args, wor
         pair_scores = [(filled[2 * i], filled[2 * i + 1]) for i in range(len(kept))]
         by_kind = defaultdict(list)
         for i, pair_index in enumerate(kept):
-            by_kind[candidates[pair_index].kind].append(pair_scores[i])
+            by_kind[candidates[pair_index][1].mutation.kind].append(pair_scores[i])
         rows.append(
             {
                 "backend": backend_name,

@@ -19,7 +19,7 @@ executor and `shapes` tools; timers wrap its methods:
 
 Each mode gets its own executor (runner memo and tool caches start empty) and the same seed, so
 both sample the same completions. Which passes exist depends on the algorithm: RLOO always computes
-the old log-probabilities, and with beta > 0 (RLOO's default 0.05) the reference ones; GRPO on
+the old log-probabilities, and with beta > 0 the reference ones (the recipes' default is 0 for both); GRPO on
 transformers computes neither unless beta > 0 (vLLM importance sampling adds the old ones), so
 with beta 0 there is nothing to overlap. On a CPU the tiny policy's passes are short; the
 figures are printed, not asserted.
@@ -116,7 +116,7 @@ def run_mode(cfg, prompted, composer, runner, out: Path, totals: dict[str, float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--algorithm", default="grpo", choices=["grpo", "rloo"])
-    ap.add_argument("--beta", type=float, default=None, help="KL coefficient (default: trl's, grpo 0, rloo 0.05)")
+    ap.add_argument("--beta", type=float, default=None, help="KL coefficient (default: the recipe's, 0)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--generations", type=int, default=4)

@@ -20,11 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from data.boxes import iou
 from data.loaders import load_dataset, load_scene_graphs
 from data.shapes import BuildConfig, build_dataset, load_gold_programs
 from executor.api import SourceImage
 from executor.program import run_in_process
-from executor.tools.base import ImageStore, ToolCall
+from executor.tools.calls import ToolCall
+from executor.tools.images import ImageStore
 from executor.tools.local import LocalToolClient
 from executor.tools.oracle import OracleBackend
 from executor.tools.shapes import ShapesBackend
@@ -36,12 +38,6 @@ SCENE_FILES = (
     "sugarcrepe/sceneGraphs.json",
     "refcoco/sceneGraphs.json",
 )
-
-
-def iou(a, b) -> float:
-    inter = max(min(a[2], b[2]) - max(a[0], b[0]), 0) * max(min(a[3], b[3]) - max(a[1], b[1]), 0)
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
 
 
 def load_examples(root: Path):
@@ -108,7 +104,7 @@ def perception(root: Path) -> None:
             counts[f"{tag}_pred"] += len(found)
             counts[f"{tag}_true"] += len(truth)
         for o in truth:
-            box = (o.x, info.height - (o.y + o.h), o.x + o.w, info.height - o.y)
+            box = o.box(info.height)
             for kind, question, answer in (
                 ("color", "What color is this?", o.attributes[0]),
                 ("shape", "What shape is this?", o.name),

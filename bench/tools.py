@@ -85,7 +85,7 @@ def _rss() -> int:
 def make_calls(tool: str, n: int, images: Any, size: tuple[int, int]) -> list[Any]:
     import numpy as np
 
-    from executor.tools.base import ToolCall
+    from executor.tools.calls import ToolCall
 
     rng = np.random.default_rng(0)
     height, width = size
@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
 
-    from executor.tools.base import ImageStore
     from executor.tools.hf import HFBackend
+    from executor.tools.images import ImageStore
 
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     torch.set_num_threads(max(1, torch.get_num_threads()))

@@ -26,16 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from executor.tools.base import (
-    MAX_TEXT,
-    ImageInfo,
-    ToolBackend,
-    ToolCall,
-    ToolError,
-    ToolUnavailable,
-    load_rgb,
-    validate_call,
-)
+from executor.limits import MAX_NAME, MAX_TRACE
+from executor.tools.base import ToolBackend
+from executor.tools.calls import MAX_TEXT, ToolCall, validate_call
+from executor.tools.errors import ToolError, ToolUnavailable
+from executor.tools.images import ImageInfo, load_rgb
 
 # Owner of program images registered without one (callers that predate owners): they are still
 # marked program-built, so a backend that cannot look at them is not counted as our failure, and
@@ -140,7 +135,9 @@ class ToolHost:
     def _check_image(self, ref: str | None) -> None:
         # A program can only know refs it was given or registered; anything else is its invention.
         if ref is not None and ref not in self.images:
-            raise ToolError(f"unknown image {str(ref)[:40]!r}: use the image you were given or ImagePatch crops of it")
+            raise ToolError(
+                f"unknown image {str(ref)[:MAX_NAME]!r}: use the image you were given or ImagePatch crops of it"
+            )
 
     def _enqueue(self, call: ToolCall, future: asyncio.Future) -> None:
         if call.image is not None:
@@ -201,7 +198,9 @@ class ToolHost:
         except (ToolError, ToolUnavailable, asyncio.CancelledError):
             raise
         except BaseException as exc:  # noqa: BLE001 — a crashing model is our failure, never the program's
-            raise ToolUnavailable(f"the {tool} backend crashed: {type(exc).__name__}: {str(exc)[:200]}") from None
+            raise ToolUnavailable(
+                f"the {tool} backend crashed: {type(exc).__name__}: {str(exc)[:MAX_TRACE]}"
+            ) from None
         if not isinstance(results, list) or len(results) != len(calls):
             raise ToolUnavailable(f"the {tool} backend returned {type(results).__name__} for {len(calls)} calls")
         for result in results:

@@ -22,10 +22,10 @@ from typing import Any
 from executor.api import API_OBJECTS, ImagePatch, bind_client, program_globals
 from executor.api.context import ToolClient
 from executor.api.errors import nearest_names
-from executor.tools.base import ToolError, ToolUnavailable
+from executor.limits import MAX_ERROR, MAX_SNIPPET, MAX_STDOUT
+from executor.tools.errors import ToolError, ToolUnavailable
 
 ENTRY = "execute_command"
-MAX_ERROR = 500  # characters of an error message kept (the LLM reads it when re-prompted)
 MAX_STR = 10_000  # longest string in an answer
 MAX_NODES = 10_000  # most values in an answer
 MAX_DEPTH = 20
@@ -94,7 +94,7 @@ def describe_error(exc: BaseException, source: str = "") -> str:
         if frames:
             lineno = frames[-1].lineno or 0
             lines = source.splitlines()
-            code = lines[lineno - 1].strip()[:80] if 0 < lineno <= len(lines) else ""
+            code = lines[lineno - 1].strip()[:MAX_SNIPPET] if 0 < lineno <= len(lines) else ""
             where = f" (line {lineno}: {code})" if code else f" (line {lineno})"
         elif isinstance(exc, SyntaxError) and exc.lineno:
             where = f" (line {exc.lineno})"
@@ -202,7 +202,7 @@ def execute_program(source: str, inputs: dict[str, Any]) -> Outcome:
         return Outcome("runtime_error", error=describe_error(exc, source))
 
 
-def run_in_process(source: str, inputs: dict[str, Any], client: ToolClient, max_stdout: int = 10_000):
+def run_in_process(source: str, inputs: dict[str, Any], client: ToolClient, max_stdout: int = MAX_STDOUT):
     """Run a program in this process (no isolation, no time limit): for tests and debugging.
 
     Returns `(Outcome, stdout, seconds)`.

@@ -1,9 +1,12 @@
-"""`ExecutionResult`: what running one program on one example produced (plain JSON)."""
+"""`ExecutionResult`: what running one program on one example produced, with its tool-call trace (plain JSON)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from executor.limits import MAX_TRACE
 
 STATUSES: tuple[str, ...] = (
     "ok",
@@ -37,6 +40,12 @@ class ToolCallRecord:
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> ToolCallRecord:
         return cls(**row)
+
+
+def short_result(result: Any, limit: int = MAX_TRACE) -> str:
+    """A trace-sized rendering of a tool result."""
+    text = json.dumps(result, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)

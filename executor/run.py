@@ -22,7 +22,8 @@ from data.records import Example, read_examples, read_jsonl, write_jsonl
 from executor.host import ToolHost
 from executor.runner import SANDBOX_MODES, BatchRunner, RunnerConfig
 from executor.sandbox.connection import SandboxUnavailable
-from executor.tools.base import ImageStore, ToolBackend
+from executor.tools.base import ToolBackend
+from executor.tools.images import ImageStore
 from executor.tools.stack import build_backend, read_tool_stack
 
 

@@ -32,17 +32,20 @@ from tqdm.auto import tqdm
 from data.records import Example
 from executor.api import SourceImage, Video
 from executor.host import ToolHost
+from executor.limits import MAX_ERROR, MAX_MESSAGE, MAX_NAME, MAX_SNIPPET, MAX_TRACE
 from executor.program import program_key
-from executor.results import ExecutionResult, ToolCallRecord
+from executor.results import ExecutionResult, ToolCallRecord, short_result
 from executor.sandbox.channel import encode_inputs
 from executor.sandbox.child import Limits
 from executor.sandbox.connection import SandboxUnavailable, SupervisorConnection
 from executor.sandbox.probe import LAYERS
-from executor.tools.base import ImageInfo, ToolCall, ToolError, ToolUnavailable, short_result
+from executor.sandbox.spawning import SPAWN_MODES
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError, ToolUnavailable
+from executor.tools.images import ImageInfo
 from executor.unsandboxed import run_unsandboxed, warn_unsandboxed
 
 SANDBOX_MODES = ("full", "none")
-SPAWN_MODES = ("clone", "fork")
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,9 @@ class BatchRunner:
             visual_ref, inputs = self._inputs(example)
         except (OSError, ValueError) as exc:
             what = "video" if example.task == "video_qa" else "image"
-            return _resolved(loop, ExecutionResult(example.id, pkey, "infra_error", error=f"{what}: {exc}"[:500]))
+            return _resolved(
+                loop, ExecutionResult(example.id, pkey, "infra_error", error=f"{what}: {exc}"[:MAX_ERROR])
+            )
         key = (example.id, visual_ref, pkey)
         if key in self._memo:
             self._memo.move_to_end(key)
@@ -229,7 +234,9 @@ class BatchRunner:
                 }
             )
         except Exception as exc:  # noqa: BLE001 — whatever broke here is ours; the future must still resolve
-            self._resolve(state, {"status": "infra_error", "error": f"could not start the program: {exc!r}"[:500]})
+            self._resolve(
+                state, {"status": "infra_error", "error": f"could not start the program: {exc!r}"[:MAX_ERROR]}
+            )
 
     # -- supervisor messages ---------------------------------------------------------------------
     async def _read_loop(self) -> None:
@@ -246,11 +253,11 @@ class BatchRunner:
                     if state is not None:
                         self._resolve(state, frame)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            self._fail_all(f"the sandbox supervisor died: {exc!r}"[:300])
+            self._fail_all(f"the sandbox supervisor died: {exc!r}"[:MAX_MESSAGE])
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 — a broken supervisor stream: fail what is in flight, loudly
-            self._fail_all(f"bad message from the sandbox supervisor: {exc!r}"[:300])
+            self._fail_all(f"bad message from the sandbox supervisor: {exc!r}"[:MAX_MESSAGE])
 
     async def _serve_rpc(self, task_id: int, state: _TaskState, request: dict[str, Any]) -> None:
         reply = await self._answer(state, request)
@@ -277,7 +284,9 @@ class BatchRunner:
                 try:
                     result, cached, seconds = await self.host.call(call)
                 except ToolError as exc:
-                    state.trace.append(ToolCallRecord(call.tool, call.args, _box(call), f"ToolError: {exc}"[:200]))
+                    state.trace.append(
+                        ToolCallRecord(call.tool, call.args, _box(call), f"ToolError: {exc}"[:MAX_TRACE])
+                    )
                     raise
                 state.trace.append(
                     ToolCallRecord(call.tool, call.args, _box(call), short_result(result), cached, round(seconds, 6))
@@ -289,14 +298,14 @@ class BatchRunner:
                 if state.future.done():  # its images were already released; do not leak a new one
                     return {"error": "ToolError", "message": "the program has finished"}
                 return {"ok": self.host.register(request.get("shape"), request.get("data"), owner=state.owner)}
-            return {"error": "ToolError", "message": f"unknown request {str(method)[:40]!r}"}
+            return {"error": "ToolError", "message": f"unknown request {str(method)[:MAX_NAME]!r}"}
         except ToolError as exc:
-            return {"error": "ToolError", "message": str(exc)[:500]}
+            return {"error": "ToolError", "message": str(exc)[:MAX_ERROR]}
         except ToolUnavailable as exc:
-            state.infra = state.infra or str(exc)[:500]
-            return {"error": "ToolUnavailable", "message": str(exc)[:500]}
+            state.infra = state.infra or str(exc)[:MAX_ERROR]
+            return {"error": "ToolUnavailable", "message": str(exc)[:MAX_ERROR]}
         except Exception as exc:  # noqa: BLE001 — the tool host itself broke: our failure
-            state.infra = state.infra or f"tool host failure: {type(exc).__name__}: {exc}"[:500]
+            state.infra = state.infra or f"tool host failure: {type(exc).__name__}: {exc}"[:MAX_ERROR]
             return {"error": "ToolUnavailable", "message": "tool host failure"}
 
     # -- results ---------------------------------------------------------------------------------
@@ -311,7 +320,7 @@ class BatchRunner:
             error = f"the program made more than {self.config.max_rpcs} tool calls"
         elif status == "infra_error" and frame.get("from_program"):
             # The program claims a tool failure we never reported: it forged or provoked it itself.
-            status, error = "killed", f"protocol violation: unexplained tool failure ({error})"[:500]
+            status, error = "killed", f"protocol violation: unexplained tool failure ({error})"[:MAX_ERROR]
         result = ExecutionResult(
             example_id=state.example_id,
             program_key=state.key,
@@ -336,7 +345,7 @@ def _parse_call(request: dict[str, Any]) -> ToolCall:
     if not isinstance(tool, str) or not (image is None or isinstance(image, str)) or not isinstance(args, dict):
         raise ToolError("malformed tool call")
     if box is not None and not (isinstance(box, list) and len(box) == 4 and all(type(v) is int for v in box)):
-        raise ToolError(f"box must be four integers, got {str(box)[:80]}")
+        raise ToolError(f"box must be four integers, got {str(box)[:MAX_SNIPPET]}")
     return ToolCall(tool, image, tuple(box) if box else None, args)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from executor.host import ToolHost
 from executor.program import run_in_process
-from executor.tools.base import ToolError, ToolUnavailable
+from executor.tools.errors import ToolError, ToolUnavailable
 
 Answer = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]  # one request -> a reply frame; never raises
 

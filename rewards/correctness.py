@@ -29,6 +29,7 @@ import string
 from collections.abc import Sequence
 from typing import Any
 
+from data import boxes
 from data.records import Example
 from rewards.answer_normalization import answer_to_text, normalize_answer
 
@@ -48,11 +49,20 @@ SOFT_ACCURACY_DATASETS: frozenset[str] = frozenset({"vqav2", "okvqa"})
 _MIN_SOFT_REFERENCES = 4
 IOU_THRESHOLD = 0.5
 
-Box = tuple[float, float, float, float]
-
 
 def _dataset_key(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def _matches(answer: Any, answers: Sequence[str], metric: str) -> list[bool] | None:
+    """Per reference, whether it equals the answer after normalisation; None when the answer is no text."""
+    if not answers:
+        raise ValueError(f"{metric} needs at least one reference answer")
+    text = answer_to_text(answer)
+    if text is None:
+        return None
+    predicted = normalize_answer(text)
+    return [normalize_answer(ref) == predicted for ref in answers]
 
 
 def vqa_soft_accuracy(answer: Any, answers: Sequence[str]) -> float:
@@ -64,13 +74,9 @@ def vqa_soft_accuracy(answer: Any, answers: Sequence[str]) -> float:
     normalised here; the official script relies on the released annotations being normalised
     already, and normalising them again leaves them unchanged.
     """
-    if not answers:
-        raise ValueError("vqa_soft_accuracy needs at least one reference answer")
-    text = answer_to_text(answer)
-    if text is None:
+    matches = _matches(answer, answers, "vqa_soft_accuracy")
+    if matches is None:
         return 0.0
-    predicted = normalize_answer(text)
-    matches = [normalize_answer(ref) == predicted for ref in answers]
     total = sum(matches)
     # Leaving out a matching reference removes one match from the others; leaving out another doesn't.
     return sum(min((total - m) / 3.0, 1.0) for m in matches) / len(matches)
@@ -78,13 +84,8 @@ def vqa_soft_accuracy(answer: Any, answers: Sequence[str]) -> float:
 
 def exact_match(answer: Any, answers: Sequence[str]) -> float:
     """1.0 when the normalised answer equals any normalised reference (GQA's metric), else 0.0."""
-    if not answers:
-        raise ValueError("exact_match needs at least one reference answer")
-    text = answer_to_text(answer)
-    if text is None:
-        return 0.0
-    predicted = normalize_answer(text)
-    return float(any(normalize_answer(ref) == predicted for ref in answers))
+    matches = _matches(answer, answers, "exact_match")
+    return 0.0 if matches is None else float(any(matches))
 
 
 def yes_no(answer: Any) -> str | None:
@@ -112,7 +113,7 @@ def _itm_accuracy(example: Example, answer: Any) -> float:
     return float(yes_no(answer) in references)
 
 
-def _check_box(box: Sequence[Any], what: str) -> Box:
+def _check_box(box: Sequence[Any], what: str) -> boxes.FloatBox:
     if isinstance(box, str | bytes) or not isinstance(box, Sequence) or len(box) != 4:
         raise ValueError(f"{what}: a box is 4 numbers (left, lower, right, upper), got {box!r}")
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in box):
@@ -129,21 +130,13 @@ def iou(box_a: Sequence[float], box_b: Sequence[float]) -> float:
     """Intersection over union of two (left, lower, right, upper) boxes; 0.0 when the union is empty.
 
     The formula is the same for bottom-left and top-left origins, as long as both boxes share one.
-    Malformed boxes (wrong length, non-finite, inverted) raise ValueError.
+    Malformed boxes (wrong length, non-finite, inverted) raise ValueError: answers and examples
+    reach this unchecked, unlike the boxes `data.boxes.iou` gets from the tools.
     """
-    a = _check_box(box_a, "iou box_a")
-    b = _check_box(box_b, "iou box_b")
-    inter_w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    inter_h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = inter_w * inter_h
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    if union <= 0.0:
-        return 0.0
-    # Rounding can push the ratio a hair past 1 for identical boxes with large coordinates.
-    return min(1.0, max(0.0, inter / union))
+    return boxes.iou(_check_box(box_a, "iou box_a"), _check_box(box_b, "iou box_b"))
 
 
-def parse_box(answer: Any) -> Box | None:
+def parse_box(answer: Any) -> boxes.FloatBox | None:
     """The box in a program answer `{"box": [left, lower, right, upper], ...}`, or None if it has none.
 
     A malformed box (wrong length, non-numbers, non-finite, inverted) is the program's fault, so it

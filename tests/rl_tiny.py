@@ -91,3 +91,35 @@ def write_recipe(path: Path, **values) -> Path:
 
     path.write_text(yaml.safe_dump({**RECIPE_BASE, **values}))
     return path
+
+
+class FakeVLLMGeneration:
+    """Stands in for trl's vLLM backend: scripted completions (right, wrong, broken, trivial) with
+    text after the program that the stop sequences must cut."""
+
+    instances: list = []
+    BODIES = [
+        "\n    return 'yes'\n",
+        "\n    return 'no'\n",
+        "\n    return 1/0\n",
+        "\n    return ImagePatch(image).simple_query('What is it?')\n",
+    ]
+    TAIL = "\n# Is there a red circle?\ndef execute_command(image) -> str:\n    return 'no'\n"
+
+    def __init__(self, model, accelerator, processing_class, **kwargs):
+        self.tokenizer, self.kwargs, self.calls, self.synced = processing_class, kwargs, 0, 0
+        self.raw_lengths: list[int] = []
+        FakeVLLMGeneration.instances.append(self)
+
+    def sync_weights(self):
+        self.synced += 1
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        self.calls += 1
+        completions = []
+        for i, _ in enumerate(prompts):
+            text = self.BODIES[i % len(self.BODIES)] + self.TAIL
+            completions.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        self.raw_lengths += [len(c) for c in completions]
+        logprobs = [[[0.0] for _ in c] for c in completions]
+        return prompts, completions, logprobs, [[[t] for t in c] for c in completions]

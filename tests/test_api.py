@@ -27,7 +27,7 @@ from executor.api import (
     sort_patches_left_to_right,
 )
 from executor.program import run_in_process
-from executor.tools.base import ImageStore
+from executor.tools.images import ImageStore
 from executor.tools.local import LocalToolClient
 from executor.tools.oracle import OracleBackend
 

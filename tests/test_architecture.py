@@ -185,3 +185,16 @@ def test_every_citation_key_is_defined_in_the_references():
             if path.suffix in (".py", ".yaml"):
                 used |= set(CITATION.findall(path.read_text(encoding="utf-8")))
     assert used and used <= defined, f"cited but not defined in docs/references.md: {sorted(used - defined)}"
+
+
+def test_every_repo_constant_is_the_repository_root():
+    """Modules that find configs/ through `Path(__file__).parents[N]` must count N from where they
+    live: a module moved one folder deeper silently looked for train/configs/."""
+    import importlib
+
+    pattern = re.compile(r"^(\w+) = Path\(__file__\)\.resolve\(\)\.parents\[\d\]$", re.M)
+    found = []
+    for module, path in _modules().items():
+        for name in pattern.findall(path.read_text(encoding="utf-8")):
+            found.append((module, name, getattr(importlib.import_module(module), name)))
+    assert found and all(value == REPO for _, _, value in found), found

@@ -21,7 +21,7 @@ from train.evaluation.fallback import fallback_program
 from train.evaluation.judge import build_judge
 from train.evaluation.metrics import dataset_metrics, headline_value
 from train.evaluation.modes import EvalContext, ModeConfig, run_mode
-from train.evaluation.session import prompt_template
+from train.evaluation.plan import prompt_template
 from train.sampling.generator import policy_sampling
 
 SHAPES = "configs/tools/shapes.yaml"

@@ -12,7 +12,9 @@ from test_sandbox import make_world
 
 from executor.host import ToolHost
 from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.base import ImageStore, ToolCall, ToolError
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError
+from executor.tools.images import ImageStore
 from executor.tools.oracle import OracleBackend
 
 

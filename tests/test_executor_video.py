@@ -13,7 +13,7 @@ from PIL import Image
 from data.records import Example
 from executor.host import ToolHost
 from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.base import ImageStore
+from executor.tools.images import ImageStore
 from executor.tools.oracle import OracleBackend
 
 N_FRAMES, H, W = 6, 24, 32

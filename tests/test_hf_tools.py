@@ -14,8 +14,11 @@ pytest.importorskip("transformers")
 
 import tiny_models as tiny
 
-from executor.tools.base import ImageStore, ToolCall, ToolUnavailable, box_to_top_left
+from data.boxes import box_to_top_left
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolUnavailable
 from executor.tools.hf import HFBackend
+from executor.tools.images import ImageStore
 
 H, W = 100, 200  # the size of the `store` fixture (tests/conftest.py)
 

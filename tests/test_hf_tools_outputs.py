@@ -17,7 +17,8 @@ pytest.importorskip("transformers")
 import tiny_models as tiny
 import torch
 
-from executor.tools.base import ToolCall, box_from_top_left
+from data.boxes import box_from_top_left
+from executor.tools.calls import ToolCall
 from executor.tools.hf import HFBackend
 
 H, W = 100, 200  # the size of the `store` fixture (tests/conftest.py)

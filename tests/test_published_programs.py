@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from data.boxes import box_from_top_left
 from executor.api import SourceImage, Video
 from executor.program import run_in_process
-from executor.tools.base import ImageStore, box_from_top_left
+from executor.tools.images import ImageStore
 from executor.tools.local import LocalToolClient
 from executor.tools.oracle import OracleBackend
 

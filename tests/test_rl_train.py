@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rl_tiny import build_policy, build_world, write_recipe
+from rl_tiny import FakeVLLMGeneration, build_policy, build_world, write_recipe
 
 from train.rollouts.log import RolloutLog
 
@@ -127,6 +127,7 @@ def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, a
         import wandb
 
         wandb.finish()
+        wandb.teardown()  # wandb keeps the first run's settings (WANDB_DIR) for the process otherwise
         os.environ.pop("WANDB_MODE", None)  # set by the entry point (no API key: offline)
         os.environ.pop("WANDB_DIR", None)
     run = tmp_path / "run"
@@ -139,38 +140,6 @@ def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, a
     assert len(tables) == 2
     table = json.loads(tables[0].read_text())
     assert "program" in table["columns"] and len(table["data"]) == 16
-
-
-class FakeVLLMGeneration:
-    """Stands in for trl's vLLM backend: scripted completions (right, wrong, broken, trivial) with
-    text after the program that the stop sequences must cut."""
-
-    instances: list = []
-    BODIES = [
-        "\n    return 'yes'\n",
-        "\n    return 'no'\n",
-        "\n    return 1/0\n",
-        "\n    return ImagePatch(image).simple_query('What is it?')\n",
-    ]
-    TAIL = "\n# Is there a red circle?\ndef execute_command(image) -> str:\n    return 'no'\n"
-
-    def __init__(self, model, accelerator, processing_class, **kwargs):
-        self.tokenizer, self.kwargs, self.calls, self.synced = processing_class, kwargs, 0, 0
-        self.raw_lengths: list[int] = []
-        FakeVLLMGeneration.instances.append(self)
-
-    def sync_weights(self):
-        self.synced += 1
-
-    def generate(self, prompts, images, num_generations, profiler=None):
-        self.calls += 1
-        completions = []
-        for i, _ in enumerate(prompts):
-            text = self.BODIES[i % len(self.BODIES)] + self.TAIL
-            completions.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        self.raw_lengths += [len(c) for c in completions]
-        logprobs = [[[0.0] for _ in c] for c in completions]
-        return prompts, completions, logprobs, [[[t] for t in c] for c in completions]
 
 
 def test_vllm_path_with_a_fake_engine(tmp_path, assets, monkeypatch):
@@ -318,9 +287,10 @@ def test_rest_with_two_processes_samples_once_and_trains_on_both(tmp_path, asset
         tmp_path,
         assets,
         rest_max_new_tokens=24,
-        # the random policy is never right: keep every scored program (reward 0 >= 0) so SFT runs
+        # keep every scored program, even one that does not parse (-1), so SFT runs whatever the briefly
+        # fitted policy writes (which programs run depends on float rounding under the thread count)
         rest_keep_rule="at_least",
-        rest_keep_threshold=0.0,
+        rest_keep_threshold=-1.0,
         executor_slots=1,
     )
     accelerate = str(Path(sys.executable).parent / "accelerate")
@@ -339,14 +309,14 @@ def test_rest_with_two_processes_samples_once_and_trains_on_both(tmp_path, asset
     # one set of rows: 4 prompts x 2 samples, written once (a second sampler would double them)
     assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {0: 8}
     summary = json.loads((iterations / "iter-0" / "summary.json").read_text())
-    assert summary["samples"] == 8 and summary["trained"] and summary["sft_examples"] > 0, summary
+    assert summary["samples"] == 8 and summary["trained"] and summary["sft_examples"] > 0, json.dumps(summary)
     kept = (iterations / "iter-0" / "kept.jsonl").read_text().splitlines()
     assert len(kept) == summary["kept"]
     assert _lora_b_norm(run / "adapter") > 0  # LoRA B starts at zero: the DDP SFT step moved it
 
 
 def test_execution_starts_before_the_reward_call(tmp_path, assets, monkeypatch):
-    """RLOO computes old and reference log-probabilities between generation and the reward call:
+    """RLOO with beta > 0 computes old and reference log-probabilities between generation and the reward call:
     with `overlap_execution` (the default) each batch's programs start before those passes and are
     executed once; training still moves the adapter."""
     from train.online.trainers import ProgramRLOOTrainer
@@ -374,7 +344,7 @@ def test_execution_starts_before_the_reward_call(tmp_path, assets, monkeypatch):
     record(ProgramScorer, "ascore", "execute")
     record(ProgramRLOOTrainer, "_get_per_token_logps_and_entropies", "logps")
     record(ProgramRLOOTrainer, "_calculate_rewards", "rewards")
-    main(["--config", str(_recipe(tmp_path, assets, algorithm="rloo", max_steps=2))])
+    main(["--config", str(_recipe(tmp_path, assets, algorithm="rloo", beta=0.05, max_steps=2))])
     assert events.count("rewards") == 2 and events[-1] != "execute"
     segments = "|".join(events).split("rewards")[:-1]  # what happened before each reward call
     for segment in segments:

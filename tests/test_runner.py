@@ -18,7 +18,8 @@ from test_sandbox import NORMAL, make_world, normal_program, sandbox_pids
 from data.records import write_jsonl
 from executor.host import ToolHost
 from executor.runner import BatchRunner, RunnerConfig, SyncRunner
-from executor.tools.base import ToolCall, ToolError, ToolUnavailable
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError, ToolUnavailable
 from executor.tools.oracle import OracleBackend
 
 BUSY = "def execute_command(image):\n    while True:\n        pass\n"

@@ -17,7 +17,7 @@ from executor.sandbox import framing
 from executor.sandbox.child import UIDS_PER_SLOT
 from executor.sandbox.connection import SandboxUnavailable
 from executor.sandbox.probe import LAYERS, explain_missing, probe_layers
-from executor.tools.base import ImageStore
+from executor.tools.images import ImageStore
 from executor.tools.oracle import OracleBackend
 
 SECRET_ANSWER = "zebra" + "crossing" + "-7f3a"  # built at run time so this file's text is not the needle

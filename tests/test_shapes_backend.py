@@ -9,7 +9,8 @@ import pytest
 from data.shapes.render import render
 from data.shapes.scene import SHAPES, Scene, ShapeObject, shape_box
 from executor.api import ImagePatch, SourceImage, bind_client
-from executor.tools.base import ImageStore, ToolCall
+from executor.tools.calls import ToolCall
+from executor.tools.images import ImageStore
 from executor.tools.local import LocalToolClient
 from executor.tools.shapes import ShapesBackend, segment
 from executor.tools.stack import build_backend

@@ -18,7 +18,7 @@ from data.shapes.__main__ import main as cli_main
 from data.shapes.matching import SUGARCREPE_CATEGORIES
 from executor.api import SourceImage
 from executor.program import run_in_process
-from executor.tools.base import ImageStore
+from executor.tools.images import ImageStore
 from executor.tools.local import LocalToolClient
 from executor.tools.oracle import OracleBackend
 from executor.tools.shapes import ShapesBackend

@@ -14,7 +14,8 @@ import pytest
 from data.shapes import BuildConfig, build_dataset
 from data.shapes.tasks import load_shapes_tasks, scene_graph_files
 from executor.host import ToolHost
-from executor.tools.base import MAX_CHOICES, ToolCall, ToolError, validate_call
+from executor.tools.calls import MAX_CHOICES, ToolCall, validate_call
+from executor.tools.errors import ToolError
 from executor.tools.oracle import one_hot_scores
 from executor.tools.stack import build_backend
 

@@ -14,10 +14,12 @@ One recipe names the policy, the data, the prompt, the tool stack, the rewards a
 from __future__ import annotations
 
 import logging
+import netrc
 import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlparse
 
 from executor.host import ToolHost
 from executor.runner import SyncRunner
@@ -36,14 +38,27 @@ logger = logging.getLogger("train.rl")
 
 
 def setup_reporting(cfg: RLConfig) -> None:
-    """wandb runs offline unless an API key is configured (or WANDB_MODE says otherwise)."""
+    """wandb runs offline unless the user has credentials (`WANDB_API_KEY`, or `wandb login`'s entry
+    in ~/.netrc) or WANDB_MODE says otherwise."""
     report_to = cfg.training.report_to
     if "wandb" not in (report_to if isinstance(report_to, list) else [report_to]):
         return
-    if not os.environ.get("WANDB_API_KEY") and "WANDB_MODE" not in os.environ:
+    if "WANDB_MODE" not in os.environ and not wandb_credentials():
         os.environ["WANDB_MODE"] = "offline"
     os.environ.setdefault("WANDB_DIR", str(Path(cfg.training.output_dir).resolve()))
     os.environ.setdefault("WANDB_PROJECT", "vprl")
+
+
+def wandb_credentials() -> bool:
+    """An API key in the environment, or the netrc entry `wandb login` writes for the wandb host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return bool(host) and netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 @contextmanager
@@ -91,7 +106,8 @@ def main(argv: list[str] | None = None) -> Path:
                 if resuming:
                     logger.info("resuming %s from %s (%d log rows after it dropped)", run_dir, checkpoint, dropped)
         state.wait_for_everyone()
-        composer = RewardComposer(checked.rewards, resources={"runner": runner, "tool_host": host})
+        resources = {"runner": runner, "tool_host": host, "run_dir": str(run_dir)}
+        composer = RewardComposer(checked.rewards, resources=resources)
         if cfg.algorithm == "rest":
             from train.rest.run import train_rest
 

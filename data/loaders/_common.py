@@ -7,8 +7,9 @@ Every loader follows the same rules, so they live here once:
 * A file that is not valid JSON, or whose top level has the wrong shape, raises
   `DatasetFormatError` naming the file (and line/column for JSON syntax errors). These are never
   skippable: a broken file is not a bad row.
-* A malformed row raises `DatasetFormatError` naming the file and the row's line or key path.
-  With `skip_bad_rows=True` the row is skipped instead, and at the end of the file one
+* A malformed row raises `DatasetFormatError` naming the file and the row's line or key path
+  (row parsers raise `rows.RowError`; `BadRows`, or `parse_rows` around a whole loop, adds the
+  file). With `skip_bad_rows=True` the row is skipped instead, and at the end of the file one
   `SkippedRowsWarning` is issued carrying the count and the first few reasons. We chose a warning
   (rather than a report object) so that every loader keeps returning a plain `list[Example]`;
   callers that need the numbers catch it with `warnings.catch_warnings(record=True)` and read
@@ -24,15 +25,17 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tqdm import tqdm
 
+from data.loaders.rows import RowError
 from data.records import Example
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 # Files with fewer rows than this load without a progress bar (tests, the shapes world).
 PROGRESS_MIN_ROWS = 5000
@@ -48,10 +51,6 @@ class DatasetFileNotFound(FileNotFoundError):
 
 class DatasetFormatError(ValueError):
     """A dataset file or row does not match the official format; the message names file and line/key."""
-
-
-class RowError(ValueError):
-    """Raised by row parsers with a location-only message; `BadRows` adds the file name."""
 
 
 class SkippedRowsWarning(UserWarning):
@@ -119,49 +118,36 @@ class BadRows:
         if len(self.reasons) < MAX_REASONS:
             self.reasons.append(str(err))
 
-    def finish(self) -> None:
+    def finish(self, stacklevel: int = 3) -> None:
+        """Warn once about the skipped rows; `stacklevel` 3 points at whoever called the loader."""
         if self.count:
-            warnings.warn(SkippedRowsWarning(self.path, self.count, self.reasons), stacklevel=3)
+            warnings.warn(SkippedRowsWarning(self.path, self.count, self.reasons), stacklevel=stacklevel)
+
+
+def parse_rows(
+    rows: Iterable[T],
+    parse: Callable[[T], R],
+    path: str | Path,
+    skip_bad_rows: bool,
+    desc: str,
+    total: int | None = None,
+) -> list[R]:
+    """`parse` of every row, in order, under the bad-row policy of the file at `path`."""
+    bad = BadRows(path, skip_bad_rows)
+    out: list[R] = []
+    for row in progress(rows, desc, total):
+        try:
+            out.append(parse(row))
+        except RowError as err:
+            bad.handle(err)
+    bad.finish(stacklevel=4)  # one frame deeper than a loader calling `finish` itself
+    return out
 
 
 def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
     """A tqdm bar for long loops only, so small files (tests, the shapes world) stay quiet."""
     n = total if total is not None else (len(items) if isinstance(items, Sized) else None)
     return iter(tqdm(items, desc=desc, total=n, disable=n is not None and n < PROGRESS_MIN_ROWS))
-
-
-# --- typed field access for row parsers; each raises RowError naming the key path ------------------
-
-
-def get_field(row: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
-    """`row[key]`, which must exist and be of `kind` (bool never counts as a number)."""
-    if not isinstance(row, Mapping):
-        raise RowError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    if key not in row:
-        raise RowError(f"{where} is missing '{key}'")
-    value = row[key]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    bad_bool = isinstance(value, bool) and bool not in kinds
-    if bad_bool or not isinstance(value, kinds):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise RowError(f"{where} has '{key}' of type {type(value).__name__}, expected {names}")
-    return value
-
-
-def get_str(row: Mapping[str, Any], key: str, where: str, allow_empty: bool = False) -> str:
-    value = get_field(row, key, where, str)
-    if not allow_empty and not value.strip():
-        raise RowError(f"{where} has an empty '{key}'")
-    return value
-
-
-def get_number(row: Mapping[str, Any], key: str, where: str) -> float:
-    return float(get_field(row, key, where, (int, float)))
-
-
-def get_id(row: Mapping[str, Any], key: str, where: str) -> str:
-    """An identifier that official files store as either an int or a string."""
-    return str(get_field(row, key, where, (int, str)))
 
 
 def check_image_files(examples: Sequence[Example], limit: int = 10) -> None:

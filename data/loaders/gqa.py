@@ -31,19 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data.loaders._common import (
-    BadRows,
-    DatasetFormatError,
-    RowError,
-    check_image_files,
-    first_existing,
-    get_field,
-    get_id,
-    get_number,
-    get_str,
-    load_json,
-    progress,
-)
+from data.boxes import box_from_xywh
+from data.loaders._common import DatasetFormatError, check_image_files, first_existing, load_json, parse_rows
+from data.loaders.rows import RowError, get_field, get_id, get_number, get_str
 from data.records import Example
 
 QUESTIONS_EXPECTED = "a GQA questions file like val_balanced_questions.json (from questions1.2.zip)"
@@ -106,14 +96,14 @@ def load_gqa_questions(
     bad-row and image-check rules.
     """
     data = load_json(questions_path, QUESTIONS_EXPECTED)
-    bad = BadRows(questions_path, skip_bad_rows)
-    out: list[Example] = []
-    for qid, row in progress(data.items(), f"GQA questions {Path(questions_path).name}", len(data)):
-        try:
-            out.append(parse_question(qid, row, images_dir, image_pattern, dataset, require_answers))
-        except RowError as err:
-            bad.handle(err)
-    bad.finish()
+    out = parse_rows(
+        data.items(),
+        lambda item: parse_question(*item, images_dir, image_pattern, dataset, require_answers),
+        questions_path,
+        skip_bad_rows,
+        f"GQA questions {Path(questions_path).name}",
+        len(data),
+    )
     if check_images:
         check_image_files(out)
     return out
@@ -140,7 +130,7 @@ class SceneObject:
 
     def box(self, image_height: float) -> tuple[float, float, float, float]:
         """The box in the API convention `(left, lower, right, upper)`, origin at the bottom-left."""
-        return (self.x, image_height - (self.y + self.h), self.x + self.w, image_height - self.y)
+        return box_from_xywh(self.x, self.y, self.w, self.h, image_height)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -219,15 +209,15 @@ def load_scene_graphs(path: str | Path, *, skip_bad_rows: bool = False) -> dict[
     a bad scene is skipped whole (and counted in a `SkippedRowsWarning`).
     """
     data = load_json(path, SCENES_EXPECTED)
-    bad = BadRows(path, skip_bad_rows)
-    out: dict[str, SceneGraph] = {}
-    for image_id, row in progress(data.items(), f"GQA scene graphs {Path(path).name}", len(data)):
-        try:
-            out[str(image_id)] = parse_scene(str(image_id), row)
-        except RowError as err:
-            bad.handle(err)
-    bad.finish()
-    return out
+    scenes = parse_rows(
+        data.items(),
+        lambda item: parse_scene(str(item[0]), item[1]),
+        path,
+        skip_bad_rows,
+        f"GQA scene graphs {Path(path).name}",
+        len(data),
+    )
+    return {scene.image_id: scene for scene in scenes}
 
 
 def require_scenes(examples: list[Example], scenes: dict[str, SceneGraph], where: str = "scene graphs") -> None:

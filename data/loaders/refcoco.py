@@ -21,20 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from data.boxes import box_from_xywh
 from data.loaders._common import (
-    BadRows,
     DatasetFormatError,
-    RowError,
     check_image_files,
     first_existing,
-    get_field,
-    get_id,
-    get_number,
-    get_str,
     load_json,
-    progress,
+    parse_rows,
     require_file,
 )
+from data.loaders.rows import RowError, get_field, get_id, get_number, get_str
 from data.records import Example
 
 # (folder, refs file stem) per dataset name; RefCOCOg defaults to the umd partition (train/val/test).
@@ -94,7 +90,7 @@ def _index_instances(path: Path) -> tuple[dict[str, dict], dict[str, dict], dict
 def coco_box_to_api(bbox: Sequence[float], image_height: float) -> tuple[float, float, float, float]:
     """COCO `[x, y, w, h]` (top-left origin) -> API `(left, lower, right, upper)` (bottom-left origin)."""
     x, y, w, h = (float(v) for v in bbox)
-    return (x, image_height - (y + h), x + w, image_height - y)
+    return box_from_xywh(x, y, w, h, image_height)
 
 
 def _parse_ref(i: int, ref: Any, images: dict, anns: dict, cats: dict, where_ann: str) -> tuple[dict, list]:
@@ -157,38 +153,35 @@ def load_refcoco(
     refs = load_refs(refs_path)
     instances_path = Path(instances_path)
     images, anns, cats = _index_instances(require_file(instances_path, INSTANCES_EXPECTED))
-    bad = BadRows(refs_path, skip_bad_rows)
-    out: list[Example] = []
     wanted = set(splits) if splits is not None else None
     seen: dict[str, str] = {}  # sent_id -> ref_id; Example ids are built from sent_id
-    for i, ref in progress(list(enumerate(refs)), f"{dataset} refs"):
-        try:
-            info, sents = _parse_ref(i, ref, images, anns, cats, instances_path.name)
-        except RowError as err:
-            bad.handle(err)
-            continue
+
+    def parse(item: tuple[int, Any]) -> list[Example]:
+        i, ref = item
+        info, sents = _parse_ref(i, ref, images, anns, cats, instances_path.name)
         if wanted is not None and info["split"] not in wanted:
-            continue
+            return []
         dup = next((sid for sid, _, _ in sents if sid in seen), None)
         if dup is not None:
-            bad.handle(RowError(f"refs[{i}] (ref_id {info['ref_id']}) repeats sent_id {dup} of ref_id {seen[dup]}"))
-            continue
+            raise RowError(f"refs[{i}] (ref_id {info['ref_id']}) repeats sent_id {dup} of ref_id {seen[dup]}")
         seen.update({sid: info["ref_id"] for sid, _, _ in sents})
         box = coco_box_to_api(info["bbox_xywh"], info["height"])
-        for sent_id, sent, raw in sents:
-            out.append(
-                Example(
-                    id=f"{dataset}-{sent_id}",
-                    dataset=dataset,
-                    task="grounding",
-                    query=sent,
-                    image=str(Path(images_dir) / info["file_name"]),
-                    box=box,
-                    group=info["category"],
-                    meta={**info, "sent_id": sent_id, "raw": raw.get("raw", sent)},
-                )
+        return [
+            Example(
+                id=f"{dataset}-{sent_id}",
+                dataset=dataset,
+                task="grounding",
+                query=sent,
+                image=str(Path(images_dir) / info["file_name"]),
+                box=box,
+                group=info["category"],
+                meta={**info, "sent_id": sent_id, "raw": raw.get("raw", sent)},
             )
-    bad.finish()
+            for sent_id, sent, raw in sents
+        ]
+
+    per_ref = parse_rows(list(enumerate(refs)), parse, refs_path, skip_bad_rows, f"{dataset} refs")
+    out = [example for examples in per_ref for example in examples]
     if check_images:
         check_image_files(out)
     return out

@@ -16,17 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from data.loaders._common import (
-    ITM_QUERY,
-    BadRows,
-    RowError,
-    check_image_files,
-    first_existing,
-    get_str,
-    load_json,
-    progress,
-)
+from data.loaders._common import ITM_QUERY, check_image_files, first_existing, load_json, parse_rows
+from data.loaders.rows import get_str
 from data.records import Example
 
 CATEGORIES = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj", "add_att", "add_obj")
@@ -50,39 +43,36 @@ def load_sugarcrepe_file(
     path = Path(path)
     category = category or path.stem
     data = load_json(path, _expected(category))
-    bad = BadRows(path, skip_bad_rows)
-    out: list[Example] = []
-    for idx, row in progress(data.items(), f"SugarCREPE {category}", len(data)):
+
+    def parse(item: tuple[str, Any]) -> list[Example]:
+        idx, row = item
         where = f"entry '{idx}'"
-        try:
-            filename = get_str(row, "filename", where)
-            captions = {"pos": get_str(row, "caption", where), "neg": get_str(row, "negative_caption", where)}
-        except RowError as err:
-            bad.handle(err)
-            continue
-        for polarity, caption in captions.items():
-            out.append(
-                Example(
-                    id=f"{dataset}-{category}-{idx}-{polarity}",
-                    dataset=dataset,
-                    task="itm",
-                    query=query_template.format(caption=caption),
-                    image=str(Path(images_dir) / filename),
-                    answers=("yes" if polarity == "pos" else "no",),
-                    group=category,
-                    meta={
-                        "entry": f"{category}/{idx}",
-                        "category": category,
-                        "index": str(idx),
-                        "polarity": polarity,
-                        "caption": caption,
-                        "other_caption": captions["neg" if polarity == "pos" else "pos"],
-                        "filename": filename,
-                    },
-                )
+        filename = get_str(row, "filename", where)
+        captions = {"pos": get_str(row, "caption", where), "neg": get_str(row, "negative_caption", where)}
+        return [
+            Example(
+                id=f"{dataset}-{category}-{idx}-{polarity}",
+                dataset=dataset,
+                task="itm",
+                query=query_template.format(caption=caption),
+                image=str(Path(images_dir) / filename),
+                answers=("yes" if polarity == "pos" else "no",),
+                group=category,
+                meta={
+                    "entry": f"{category}/{idx}",
+                    "category": category,
+                    "index": str(idx),
+                    "polarity": polarity,
+                    "caption": caption,
+                    "other_caption": captions["neg" if polarity == "pos" else "pos"],
+                    "filename": filename,
+                },
             )
-    bad.finish()
-    return out
+            for polarity, caption in captions.items()
+        ]
+
+    per_entry = parse_rows(data.items(), parse, path, skip_bad_rows, f"SugarCREPE {category}", len(data))
+    return [example for examples in per_entry for example in examples]
 
 
 def load_sugarcrepe(

@@ -6,6 +6,9 @@ Annotations: `{"annotations": [{"question_id", "image_id", "question_type", "ans
 "multiple_choice_answer", "answers": [{"answer", "answer_confidence", "answer_id"} x 10]}]}`
 (`v2_mscoco_val2014_annotations.json`; OK-VQA: `mscoco_val2014_annotations.json`).
 Images use COCO naming, `COCO_val2014_%012d.jpg`; both datasets use COCO val2014 for val.
+VQAv2's test splits are COCO's 2015 test images: `test` (`..._test2015_questions.json`) and
+`test-dev` (`..._test-dev2015_questions.json`, a subset of test2015), both without annotations and
+both with their images in `test2015/` as `COCO_test2015_%012d.jpg`.
 
 All ten annotator answers are kept (VQA soft accuracy needs them); `group` is `question_type`
 (VQAv2: the question's first words, e.g. "what color is the"; OK-VQA: its knowledge category
@@ -17,23 +20,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from data.loaders._common import (
-    BadRows,
-    DatasetFormatError,
-    RowError,
-    check_image_files,
-    get_field,
-    get_id,
-    get_str,
-    load_json,
-    progress,
-)
+from data.loaders._common import BadRows, DatasetFormatError, check_image_files, load_json, progress
+from data.loaders.rows import RowError, get_field, get_id, get_str
 from data.records import Example
 
 FILES = {
-    "vqav2": ("v2_OpenEnded_mscoco_{split}2014_questions.json", "v2_mscoco_{split}2014_annotations.json"),
-    "okvqa": ("OpenEnded_mscoco_{split}2014_questions.json", "mscoco_{split}2014_annotations.json"),
+    "vqav2": ("v2_OpenEnded_mscoco_{subtype}_questions.json", "v2_mscoco_{subtype}_annotations.json"),
+    "okvqa": ("OpenEnded_mscoco_{subtype}_questions.json", "mscoco_{subtype}_annotations.json"),
 }
+# split -> (the files' data_subtype, the COCO image set holding its images)
+SPLITS = {
+    "vqav2": {
+        "train": ("train2014", "train2014"),
+        "val": ("val2014", "val2014"),
+        "test": ("test2015", "test2015"),
+        "test-dev": ("test-dev2015", "test2015"),
+    },
+    "okvqa": {"train": ("train2014", "train2014"), "val": ("val2014", "val2014")},
+}
+# The data_subtype a questions file names -> the image set its images are in.
+IMAGE_SETS = {subtype: images for splits in SPLITS.values() for subtype, images in splits.values()}
 _NAMES = {"vqav2": "VQAv2", "okvqa": "OK-VQA"}
 
 
@@ -92,16 +98,16 @@ def load_vqa(
     """
     label = _NAMES.get(dataset, dataset)
     q_name, a_name = FILES.get(dataset, FILES["vqav2"])
-    qdata = load_json(questions_path, f"the {label} questions file like {q_name.format(split='val')}")
+    qdata = load_json(questions_path, f"the {label} questions file like {q_name.format(subtype='val2014')}")
     questions = get_field_file(qdata, "questions", questions_path)
     if image_pattern is None:
         subtype = qdata.get("data_subtype", "val2014")
-        image_pattern = f"COCO_{subtype}_{{image_id:012d}}.jpg"
+        image_pattern = f"COCO_{IMAGE_SETS.get(subtype, subtype)}_{{image_id:012d}}.jpg"
 
     annotations: dict[str, tuple[int, dict[str, Any]]] = {}
     bad_a = None
     if annotations_path is not None:
-        adata = load_json(annotations_path, f"the {label} annotations file like {a_name.format(split='val')}")
+        adata = load_json(annotations_path, f"the {label} annotations file like {a_name.format(subtype='val2014')}")
         bad_a = BadRows(annotations_path, skip_bad_rows)
         annotations = _index_annotations(get_field_file(adata, "annotations", annotations_path), bad_a)
 
@@ -178,20 +184,25 @@ def load_vqa_root(
     skip_bad_rows: bool = False,
     check_images: bool = False,
 ) -> list[Example]:
-    """Load a split from the official layout: `<root>/<questions file>`, `<root>/<annotations file>`,
-    images in `<root>/<split>2014/`. Any of the three can be overridden; the `test` split has no
-    annotations file."""
+    """Load a split (`SPLITS`) from the official layout: `<root>/<questions file>`, `<root>/<annotations
+    file>`, images in `<root>/<image set>/`. Any of the three can be overridden; the test splits have
+    no annotations file."""
     root = Path(root)
     q_name, a_name = FILES[dataset]
-    q_path = Path(questions_file) if questions_file else root / q_name.format(split=split)
+    if split not in SPLITS[dataset]:
+        raise DatasetFormatError(
+            f"{_NAMES[dataset]} has no split {split!r}; its splits are {', '.join(SPLITS[dataset])}"
+        )
+    subtype, image_set = SPLITS[dataset][split]
+    q_path = Path(questions_file) if questions_file else root / q_name.format(subtype=subtype)
     if annotations_file:
         a_path: Path | None = Path(annotations_file)
     else:
-        a_path = None if split.startswith("test") else root / a_name.format(split=split)
+        a_path = None if split.startswith("test") else root / a_name.format(subtype=subtype)
     return load_vqa(
         q_path,
         a_path,
-        Path(images_dir) if images_dir else root / f"{split}2014",
+        Path(images_dir) if images_dir else root / image_set,
         dataset=dataset,
         image_pattern=image_pattern,
         skip_bad_rows=skip_bad_rows,

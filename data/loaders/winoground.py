@@ -13,16 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data.loaders._common import (
-    ITM_QUERY,
-    BadRows,
-    RowError,
-    check_image_files,
-    first_existing,
-    get_id,
-    get_str,
-    progress,
-)
+from data.loaders._common import ITM_QUERY, BadRows, check_image_files, first_existing, progress
+from data.loaders.rows import RowError, get_id, get_str
 from data.records import Example, read_jsonl
 
 EXPECTED = "Winoground's examples.jsonl (from the facebook/winoground dataset's data/ folder)"

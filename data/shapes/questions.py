@@ -31,7 +31,7 @@ from data.shapes.references import (
     select,
     unique_ref,
 )
-from data.shapes.scene import COLORS, SHAPES, Scene
+from data.shapes.scene import COLORS, SHAPES, Scene, ShapeObject
 
 
 @dataclass(frozen=True)
@@ -240,32 +240,51 @@ logic_or = _logic(
 )
 
 
-def position_vertical(scene: Scene, rng) -> QA | None:
-    o = pick(rng, scene.objects)
-    ref = unique_ref(o, scene.objects, ANY_REF)
-    offset = o.vertical_center(scene.height) - scene.height / 2
-    if ref is None or not clears_margin(offset):
-        return None
-    lines = (
-        f'obj = image_patch.find("{ref}")[0]',
-        'return "top" if obj.vertical_center > image_patch.vertical_center else "bottom"',
-    )
-    question = f"Is the {ref} in the top or bottom half of the image?"
-    return QA("position_vertical", question, "top" if offset > 0 else "bottom", program(*lines))
+def _position(
+    name: str,
+    center: str,
+    offset: Callable[[ShapeObject, Scene], float],
+    sign: int,
+    words: tuple[str, str],
+    wording: str,
+):
+    """A family asking which half of the image an object is in, along one axis. `offset` is how far
+    the object's centre lies from the image's (positive = up or right); the answer is `words[0]`
+    when `sign * offset > 0`, and the gold program makes the same comparison on `center`."""
+    comparison = ">" if sign > 0 else "<"
+
+    def sample(scene: Scene, rng) -> QA | None:
+        o = pick(rng, scene.objects)
+        ref = unique_ref(o, scene.objects, ANY_REF)
+        distance = offset(o, scene)
+        if ref is None or not clears_margin(distance):
+            return None
+        lines = (
+            f'obj = image_patch.find("{ref}")[0]',
+            f'return "{words[0]}" if obj.{center} {comparison} image_patch.{center} else "{words[1]}"',
+        )
+        answer = words[0] if sign * distance > 0 else words[1]
+        return QA(name, wording.format(ref), answer, program(*lines))
+
+    return sample
 
 
-def position_horizontal(scene: Scene, rng) -> QA | None:
-    o = pick(rng, scene.objects)
-    ref = unique_ref(o, scene.objects, ANY_REF)
-    offset = o.horizontal_center - scene.width / 2
-    if ref is None or not clears_margin(offset):
-        return None
-    lines = (
-        f'obj = image_patch.find("{ref}")[0]',
-        'return "left" if obj.horizontal_center < image_patch.horizontal_center else "right"',
-    )
-    question = f"Is the {ref} on the left or right side of the image?"
-    return QA("position_horizontal", question, "left" if offset < 0 else "right", program(*lines))
+position_vertical = _position(
+    "position_vertical",
+    "vertical_center",
+    lambda o, scene: o.vertical_center(scene.height) - scene.height / 2,
+    +1,
+    ("top", "bottom"),
+    "Is the {} in the top or bottom half of the image?",
+)
+position_horizontal = _position(
+    "position_horizontal",
+    "horizontal_center",
+    lambda o, scene: o.horizontal_center - scene.width / 2,
+    -1,
+    ("left", "right"),
+    "Is the {} on the left or right side of the image?",
+)
 
 
 def superlative_size(scene: Scene, rng) -> QA | None:

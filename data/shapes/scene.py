@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from data.boxes import intersection_area
+
 SHAPES = ("circle", "square", "triangle", "star", "hexagon")
-# Hue in degrees; names are the words of `executor.tools.phrases.COLORS`.
+# Hue in degrees; names are words of `executor.tools.vocabulary.COLORS`.
 COLOR_HUES = {
     "red": 0,
     "orange": 30,
@@ -60,6 +62,11 @@ class ShapeObject:
     @property
     def area(self) -> int:
         return self.w * self.h
+
+    @property
+    def box(self) -> tuple[int, int, int, int]:
+        """`(x0, y0, x1, y1)`, top-left."""
+        return (self.x0, self.y0, self.x1, self.y1)
 
     # Centres in the API's bottom-left convention, exactly as `ImagePatch` computes them.
     @property
@@ -112,23 +119,17 @@ def shape_box(shape: str, cx: int, cy: int, r: int, angle: float) -> tuple[int, 
     return (min(xs), min(ys), max(xs) + 1, max(ys) + 1)
 
 
-def box_intersection(a: ShapeObject | tuple, b: ShapeObject | tuple) -> int:
-    ax0, ay0, ax1, ay1 = (a.x0, a.y0, a.x1, a.y1) if isinstance(a, ShapeObject) else a
-    bx0, by0, bx1, by1 = (b.x0, b.y0, b.x1, b.y1) if isinstance(b, ShapeObject) else b
-    return max(min(ax1, bx1) - max(ax0, bx0), 0) * max(min(ay1, by1) - max(ay0, by0), 0)
-
-
 def _placement_ok(box: tuple, others: list[ShapeObject], occlusion: bool, gap: int) -> bool:
     area = (box[2] - box[0]) * (box[3] - box[1])
     for o in others:
         if occlusion:
             # Little enough overlap that every object stays mostly visible and no box lies half
             # inside another (the oracle counts an object as in a region when half its box is).
-            if box_intersection(box, o) > 0.2 * min(area, o.area):
+            if intersection_area(box, o.box) > 0.2 * min(area, o.area):
                 return False
         else:
             grown = (box[0] - gap, box[1] - gap, box[2] + gap, box[3] + gap)
-            if box_intersection(grown, o) > 0:
+            if intersection_area(grown, o.box) > 0:
                 return False
     return True
 

@@ -14,6 +14,12 @@ def _whole(patch: ImagePatch) -> ImagePatch:
     return ImagePatch(patch._source)
 
 
+def _beside(patch: ImagePatch, crop_beside_bbox) -> ImagePatch:
+    """The whole image's strip on one side of the patch: `crop_beside_bbox` is one of ImagePatch's
+    `crop_{left_of,right_of,above,below}_bbox`."""
+    return crop_beside_bbox(_whole(patch), *patch._box)
+
+
 def get_patch_left_of(patch: ImagePatch) -> ImagePatch:
     """The region of the image to the left of the patch (the full image height).
 
@@ -21,26 +27,22 @@ def get_patch_left_of(patch: ImagePatch) -> ImagePatch:
     >>> horse = image_patch.find("horse")[0]
     >>> return get_patch_left_of(horse).simple_query("What is this?")
     """
-    whole = _whole(patch)
-    return whole.crop_left_of_bbox(patch.left, patch.lower, patch.right, patch.upper)
+    return _beside(patch, ImagePatch.crop_left_of_bbox)
 
 
 def get_patch_right_of(patch: ImagePatch) -> ImagePatch:
     """The region of the image to the right of the patch (the full image height)."""
-    whole = _whole(patch)
-    return whole.crop_right_of_bbox(patch.left, patch.lower, patch.right, patch.upper)
+    return _beside(patch, ImagePatch.crop_right_of_bbox)
 
 
 def get_patch_above_of(patch: ImagePatch) -> ImagePatch:
     """The region of the image above the patch (the full image width)."""
-    whole = _whole(patch)
-    return whole.crop_above_bbox(patch.left, patch.lower, patch.right, patch.upper)
+    return _beside(patch, ImagePatch.crop_above_bbox)
 
 
 def get_patch_below_of(patch: ImagePatch) -> ImagePatch:
     """The region of the image below the patch (the full image width)."""
-    whole = _whole(patch)
-    return whole.crop_below_bbox(patch.left, patch.lower, patch.right, patch.upper)
+    return _beside(patch, ImagePatch.crop_below_bbox)
 
 
 def get_patch_around_of(patch: ImagePatch) -> ImagePatch:

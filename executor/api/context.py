@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from executor.tools.base import Box
+from data.boxes import Box
 
 
 class ToolClient(Protocol):

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from data.boxes import iou
 from executor.api.errors import expect_str_list
 from executor.api.patch import ImagePatch
 
@@ -45,11 +46,8 @@ def distance(patch_a: ImagePatch, patch_b: ImagePatch) -> float:
     dx = max(patch_b.left - patch_a.right, patch_a.left - patch_b.right, 0)
     dy = max(patch_b.lower - patch_a.upper, patch_a.lower - patch_b.upper, 0)
     if dx == 0 and dy == 0:
-        inter_w = min(patch_a.right, patch_b.right) - max(patch_a.left, patch_b.left)
-        inter_h = min(patch_a.upper, patch_b.upper) - max(patch_a.lower, patch_b.lower)
-        inter = max(inter_w, 0) * max(inter_h, 0)
-        union = patch_a.area + patch_b.area - inter
-        return -inter / union if union > 0 else 0.0
+        overlap = iou(patch_a._box, patch_b._box)
+        return -overlap if overlap > 0 else 0.0  # touching patches are at 0.0, not -0.0
     return float(np.hypot(dx, dy))
 
 

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from data.boxes import box_from_top_left, check_box, intersection
 from executor.api.context import current_client
 from executor.api.errors import expect_str, expect_str_list, unknown_attribute
 from executor.api.language import llm_query
 from executor.api.source import FrameSequence, SourceImage
-from executor.tools.base import box_from_top_left, check_box
+from executor.limits import MAX_NAME
 
 
 class ImagePatch:
@@ -116,7 +117,7 @@ class ImagePatch:
         return self._cropped
 
     def _tool(self, tool: str, **args: Any) -> Any:
-        return current_client().call(tool, self._source.ref, (self.left, self.lower, self.right, self.upper), args)
+        return current_client().call(tool, self._source.ref, self._box, args)
 
     def find(self, object_name: str) -> list[ImagePatch]:
         """Find every instance of an object in the patch and return one patch per instance, or
@@ -198,9 +199,8 @@ class ImagePatch:
         >>> table = ImagePatch(image).find("table")[0]
         >>> top_half = table.crop(table.left, table.vertical_center, table.right, table.upper)
         """
-        box = [_as_int("crop", v) for v in (left, lower, right, upper)]
-        box = (max(box[0], self.left), max(box[1], self.lower), min(box[2], self.right), min(box[3], self.upper))
-        if box[0] >= box[2] or box[1] >= box[3]:
+        box = intersection([_as_int("crop", v) for v in (left, lower, right, upper)], self._box)
+        if box is None:
             raise ValueError(
                 f"crop (left={left}, lower={lower}, right={right}, upper={upper}) does not overlap the patch {self}"
             )
@@ -254,10 +254,11 @@ class ImagePatch:
         return ImagePatch(self._source, left, lower, right, upper)
 
     def _clip_top_left(self, xyxy) -> tuple[int, int, int, int] | None:
-        left, lower, right, upper = box_from_top_left(*xyxy, height=self._source.height)
-        left, lower = max(left, self.left), max(lower, self.lower)
-        right, upper = min(right, self.right), min(upper, self.upper)
-        return (left, lower, right, upper) if left < right and lower < upper else None
+        return intersection(box_from_top_left(*xyxy, height=self._source.height), self._box)
+
+    @property
+    def _box(self) -> tuple[int, int, int, int]:
+        return (self.left, self.lower, self.right, self.upper)
 
     def __getattr__(self, name: str):
         # Only reached for names that do not exist: answer with the real ones nearby.
@@ -287,7 +288,7 @@ class ImagePatch:
         return hash(self._key())
 
     def _key(self) -> tuple:
-        return (self._source.ref, self.left, self.lower, self.right, self.upper)
+        return (self._source.ref, *self._box)
 
     def __repr__(self) -> str:
         name = f"{self.category!r}, " if self.category else ""
@@ -296,7 +297,9 @@ class ImagePatch:
 
 def _as_int(method: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{method}() expects pixel coordinates as numbers, got {type(value).__name__} {value!r:.40}")
+        raise TypeError(
+            f"{method}() expects pixel coordinates as numbers, got {type(value).__name__} {value!r:.{MAX_NAME}}"
+        )
     if not np.isfinite(value):
         raise ValueError(f"{method}() got a non-finite coordinate {value!r}")
     return int(round(float(value)))

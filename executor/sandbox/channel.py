@@ -17,7 +17,7 @@ import numpy as np
 
 from executor.api import SourceImage, Video
 from executor.sandbox import framing
-from executor.tools.base import ToolError, ToolUnavailable
+from executor.tools.errors import ToolError, ToolUnavailable
 
 # Fixed descriptor numbers inside a sandbox.
 STDOUT_FD = 1  # and 2: the capped output pipe

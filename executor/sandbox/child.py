@@ -36,7 +36,7 @@ from executor.sandbox.channel import (
     decode_inputs,
     restore_builtins,
 )
-from executor.tools.base import ToolUnavailable
+from executor.tools.errors import ToolUnavailable
 
 SANDBOX_UID_BASE = 60000
 # Each slot takes its uids in turn from a range of its own: RLIMIT_NPROC counts a uid's processes

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from executor.limits import MAX_STDOUT
 from executor.sandbox.outcome import classify_exit
 from executor.sandbox.spawning import SPARE, Task
 
@@ -73,7 +74,7 @@ class Ending:
                 "status": status,
                 "answer": answer,
                 "error": error,
-                "stdout": task.stdout.decode("utf-8", "replace")[:10_000],
+                "stdout": task.stdout.decode("utf-8", "replace")[:MAX_STDOUT],
                 "duration_s": round(duration, 6),
                 "rpc_wait_s": round(task.rpc_wait, 6),
                 "from_program": from_program,  # the status is the program's own claim (checked by the runner)

@@ -40,6 +40,7 @@ import time  # noqa: E402
 from collections import deque  # noqa: E402
 from typing import Any  # noqa: E402
 
+from executor.limits import MAX_ERROR, MAX_NAME, MAX_SANDBOX_ERROR  # noqa: E402
 from executor.program import BadReturn, to_plain  # noqa: E402
 from executor.sandbox import framing, seccomp, syscalls  # noqa: E402
 from executor.sandbox.child import UIDS_PER_SLOT, Limits  # noqa: E402
@@ -169,7 +170,7 @@ class Supervisor(Spawning, Ending):
             elif op == "kill":  # the runner ends a task early (e.g. it went past its tool-call cap)
                 task = self.tasks.get(frame["task"])
                 if task is not None:
-                    self._finish(task, str(frame["status"]), str(frame.get("error", ""))[:500])
+                    self._finish(task, str(frame["status"]), str(frame.get("error", ""))[:MAX_ERROR])
             elif op == "shutdown":
                 self.closing = True
             else:
@@ -260,18 +261,20 @@ class Supervisor(Spawning, Ending):
         elif op == "result":
             self._finish_with_result(task, frame)
         else:
-            self._finish(task, "killed", f"protocol violation: unexpected {str(op)[:40]!r} message from the program")
+            self._finish(
+                task, "killed", f"protocol violation: unexpected {str(op)[:MAX_NAME]!r} message from the program"
+            )
 
     def _finish_with_result(self, task: Task, frame: dict[str, Any]) -> None:
         status = frame.get("status")
         if status not in CHILD_STATUSES:
-            self._finish(task, "killed", f"protocol violation: status {str(status)[:40]!r}")
+            self._finish(task, "killed", f"protocol violation: status {str(status)[:MAX_NAME]!r}")
             return
         if len(framing.encode(frame)) > self.limits.max_result:
             self._finish(task, "output_limit", f"the result is larger than {self.limits.max_result} bytes")
             return
         error = frame.get("error")
-        error = clean_text(error)[:1000] if isinstance(error, str) else None
+        error = clean_text(error)[:MAX_SANDBOX_ERROR] if isinstance(error, str) else None
         try:
             answer = clean(to_plain(frame.get("answer")))
         except (BadReturn, RecursionError) as exc:

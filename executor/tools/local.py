@@ -9,8 +9,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from executor.results import ToolCallRecord
-from executor.tools.base import Box, ToolBackend, ToolCall, ToolError, short_result, validate_call
+from data.boxes import Box
+from executor.results import ToolCallRecord, short_result
+from executor.tools.base import ToolBackend
+from executor.tools.calls import ToolCall, validate_call
+from executor.tools.errors import ToolError
 
 
 class LocalToolClient:

@@ -15,8 +15,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from executor.tools.base import ImageStore, ToolBackend, ToolCall, ToolError, ToolUnavailable, box_to_top_left
-from executor.tools.phrases import COLORS, MATERIALS, SIZES, norm_attr, parse_noun_phrase, parse_question, words
+from data.boxes import box_to_top_left, intersection_area
+from executor.tools.base import ToolBackend
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError, ToolUnavailable
+from executor.tools.images import ImageStore
+from executor.tools.phrases import norm_attr, parse_noun_phrase, parse_question, words
+from executor.tools.vocabulary import COLOR_WORDS, MATERIAL_WORDS, SIZE_WORDS
 
 
 @dataclass(frozen=True)
@@ -34,9 +39,7 @@ class SceneObject:
         return (self.x1 - self.x0) * (self.y1 - self.y0)
 
     def overlap(self, x0: float, y0: float, x1: float, y1: float) -> float:
-        w = min(self.x1, x1) - max(self.x0, x0)
-        h = min(self.y1, y1) - max(self.y0, y0)
-        return max(w, 0) * max(h, 0)
+        return intersection_area((self.x0, self.y0, self.x1, self.y1), (x0, y0, x1, y1))
 
 
 class OracleBackend(ToolBackend):
@@ -150,7 +153,7 @@ class OracleBackend(ToolBackend):
             return obj.name
         if q.kind == "shape":
             return obj.name
-        vocab = {"color": COLORS, "size": SIZES, "material": MATERIALS}.get(q.kind)
+        vocab = {"color": COLOR_WORDS, "size": SIZE_WORDS, "material": MATERIAL_WORDS}.get(q.kind)
         if vocab is not None:
             return next((a for a in sorted(obj.attributes) if a in {norm_attr(v) for v in vocab}), "unknown")
         if q.kind == "verify":

@@ -9,28 +9,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COLORS = (
-    "red",
-    "green",
-    "blue",
-    "yellow",
-    "purple",
-    "orange",
-    "white",
-    "black",
-    "gray",
-    "grey",
-    "brown",
-    "pink",
-    "cyan",
-    "magenta",
-    "teal",
-)
-SIZES = ("small", "large", "big", "tiny", "little", "huge", "medium")
-MATERIALS = ("wood", "wooden", "metal", "metallic", "glass", "plastic", "rubber", "fabric", "stone", "paper")
-GENERIC = ("object", "objects", "thing", "things", "shape", "shapes", "item", "items")
+from executor.tools.vocabulary import GENERIC_NOUNS, SYNONYMS
+
+GENERIC = (*GENERIC_NOUNS, *(f"{noun}s" for noun in GENERIC_NOUNS))
 ARTICLES = ("a", "an", "the", "any", "some", "this", "that", "these", "those")
-SIZE_SYNONYMS = {"big": "large", "huge": "large", "tiny": "small", "little": "small"}
 
 _WORD = re.compile(r"[a-z]+")
 
@@ -51,7 +33,7 @@ def singular(word: str) -> str:
 
 def norm_attr(word: str) -> str:
     word = word.lower()
-    return {"grey": "gray", "wooden": "wood", "metallic": "metal"}.get(word, SIZE_SYNONYMS.get(word, word))
+    return SYNONYMS.get(word, word)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from executor.tools.base import ImageStore, ToolBackend
+from executor.tools.base import ToolBackend
+from executor.tools.images import ImageStore
 
 # Imported lazily: the `hf` backend pulls in torch and transformers, which the sandbox never needs.
 BACKENDS: dict[str, str] = {

@@ -28,6 +28,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from executor.limits import MAX_ERROR
 from rewards.unit_tests.parsing import UnitTest
 from rewards.unit_tests.protocols import ImageGenerator, TestWriter
 
@@ -159,7 +160,7 @@ class UnitTestCache:
                 image = generator.generate(d, seed)
             except ValueError as exc:  # the generator cannot draw this description (e.g. a LayoutError)
                 self.stats.warnings["image_failed"] += 1
-                reason = {"description": d, "error": f"{type(exc).__name__}: {exc}"[:500]}
+                reason = {"description": d, "error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR]}
                 _write_atomic(path.with_suffix(".failed"), json.dumps(reason).encode())
                 out[d] = None
                 continue

@@ -19,18 +19,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from data.shapes.scene import COLORS, SHAPES
+from data.shapes.scene import SHAPES, SIZES
+from executor.tools.vocabulary import SIZE_SYNONYMS
+from rewards.unit_tests.scene_text import COLOR_PATTERN
 
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "another": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
-_SIZE_WORDS = {"small": "small", "tiny": "small", "little": "small", "large": "large", "big": "large", "huge": "large"}
+_SIZE_WORDS = {**{size: size for size in SIZES}, **SIZE_SYNONYMS}  # word -> the shapes world's size
+# Fewer than `vocabulary.GENERIC_NOUNS`: "an item" has never been read as a shape mention here.
 _GENERIC = ("object", "shape", "thing")
 _NUM = "|".join([*_NUMBERS, r"\d+", "the", "some"])
 _SIZE = "|".join(_SIZE_WORDS)
-_COLOR = "|".join(COLORS)
 _SHAPE = "|".join([*SHAPES, *_GENERIC])
 _MENTION = re.compile(
     rf"\b(?:(?P<neg>no|without(?:\s+any)?(?:\s+an?)?|not\s+any)\s+)?(?:(?P<num>{_NUM})\s+)?"
-    rf"(?:(?P<size1>{_SIZE})\s+)?(?:(?P<color>{_COLOR})(?:\s+colou?red)?\s+)?(?:(?P<size2>{_SIZE})\s+)?"
+    rf"(?:(?P<size1>{_SIZE})\s+)?(?:(?P<color>{COLOR_PATTERN})(?:\s+colou?red)?\s+)?(?:(?P<size2>{_SIZE})\s+)?"
     rf"(?P<shape>{_SHAPE})(?P<plural>e?s)?\b"
 )
 _ORDER = re.compile(r"from\s+(left\s+to\s+right|right\s+to\s+left|top\s+to\s+bottom|bottom\s+to\s+top)\s*[:,]?\s*")

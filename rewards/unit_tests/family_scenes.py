@@ -18,6 +18,8 @@ import numpy as np
 
 from data.shapes.scene import COLORS, SHAPES, SIZES
 from rewards.unit_tests.scene_text import (
+    COLOR_PATTERN,
+    SHAPE_PATTERN,
     Ref,
     Scene,
     distractors,
@@ -28,9 +30,6 @@ from rewards.unit_tests.scene_text import (
     parse_ref,
 )
 
-COLOR_PATTERN = "|".join(COLORS)
-SHAPE_PATTERN = "|".join(SHAPES)
-RELATION_PATTERN = r"to the left of|to the right of|above|below"
 PHRASE_PATTERN = rf"(?:(?:{COLOR_PATTERN}) )?(?:{SHAPE_PATTERN})"  # "[colour] shape", as captions say it
 
 Writer = Callable[[np.random.Generator, dict[str, str], int], list[tuple[Scene, str]]]
@@ -219,6 +218,7 @@ RELATIONS = {
     "above": ("y", True),
     "below": ("y", False),
 }
+RELATION_PATTERN = "|".join(RELATIONS)
 
 
 def relate_query(rng, slots, n):
@@ -315,10 +315,8 @@ def _single(rng, ref: Ref, n):
 
 
 __all__ = [
-    "COLOR_PATTERN",
     "PHRASE_PATTERN",
     "RELATION_PATTERN",
-    "SHAPE_PATTERN",
     "Writer",
     "choose",
     "compare_count",

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from data.boxes import intersection
 from data.shapes.render import render
 from data.shapes.scene import COLORS, SHAPES, Scene, ShapeObject, shape_box
 from rewards.unit_tests.description_grammar import DescriptionSpec, parse_description
@@ -178,7 +179,7 @@ def _place(spec: DescriptionSpec, insts: list[_Instance], rng, width: int, heigh
                 inst.cy = int(rng.integers(bounds["y"][0], bounds["y"][1] + 1))
                 box = _box(inst)
                 grown = (box[0] - BOX_GAP, box[1] - BOX_GAP, box[2] + BOX_GAP, box[3] + BOX_GAP)
-                if all(not _overlap(grown, _box(insts[j])) for j in placed):
+                if all(intersection(grown, _box(insts[j])) is None for j in placed):
                     placed.append(k)
                     break
             else:
@@ -194,10 +195,6 @@ def _coord(inst: _Instance, axis: str) -> int:
 
 def _box(inst: _Instance) -> tuple[int, int, int, int]:
     return shape_box(inst.shape, inst.cx, inst.cy, inst.radius, inst.angle)
-
-
-def _overlap(a, b) -> bool:
-    return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
 
 
 def description_rng(description: str, seed: int) -> np.random.Generator:

@@ -16,27 +16,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from tqdm.auto import tqdm
 
 from executor.tools.hf.loading import Placement, from_pretrained, input_device, resolve_device
-from executor.tools.hf.sampling import SamplingSettings
+from executor.tools.hf.sampling import SamplingSettings, sampling_fields
 
 BACKENDS = ("transformers", "vllm")
 
 
 def sampling_of(config: Any, stop: tuple[str, ...]) -> SamplingSettings:
-    """The sampling part of a writer's or planner's flat config (`num_candidates`, ...)."""
-    return SamplingSettings(
-        n=config.num_candidates,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        top_k=config.top_k,
-        max_new_tokens=config.max_new_tokens,
-        seed=config.seed,
-        stop=stop,
-    )
+    """The sampling part of a writer's or planner's flat config: `num_candidates` replies per prompt,
+    the other fields by their `SamplingSettings` names."""
+    return SamplingSettings(**sampling_fields(config), n=config.num_candidates, stop=stop)
 
 
 @dataclass(frozen=True)
@@ -75,6 +68,32 @@ class BackendSettings:
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
         return Placement(device=device, dtype=dtype, quantization=self.quantization)
+
+
+@dataclass(frozen=True)
+class SampledBackendSettings(BackendSettings):
+    """`BackendSettings` plus how replies are sampled, flat (the writer's and the planner's configs).
+
+    A config sets its own defaults by declaring a field again (a dataclass keeps the field where the
+    base put it), and its stop strings in `STOP`.
+    """
+
+    STOP: ClassVar[tuple[str, ...]] = ()
+
+    num_candidates: int = 1
+    temperature: float = 1.0
+    top_p: float = 0.9
+    top_k: int = 0
+    max_new_tokens: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _ = self.sampling  # its own checks name the bad sampling field
+
+    @property
+    def sampling(self) -> SamplingSettings:
+        return sampling_of(self, stop=self.STOP)
 
 
 class TextBackend(Protocol):

@@ -17,10 +17,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from executor.tools.hf.sampling import SamplingSettings
-from rewards.unit_tests.llm_backends import BackendSettings, TextBackend, build_text_backend, sampling_of
+from rewards.unit_tests.llm_backends import SampledBackendSettings, TextBackend, build_text_backend
 
 PROMPT = Path(__file__).parent / "prompts" / "layout.txt"
 CAPTION_SLOT = "<CAPTION>"
@@ -101,13 +100,12 @@ def parse_layout(reply: str, canvas: int = 512, warnings: Counter | None = None)
 
 
 @dataclass(frozen=True)
-class LayoutPlannerConfig(BackendSettings):
+class LayoutPlannerConfig(SampledBackendSettings):
+    STOP: ClassVar[tuple[str, ...]] = ("\nCaption:",)
+
     num_candidates: int = 5
     temperature: float = 1.0
-    top_p: float = 0.9
-    top_k: int = 0
     max_new_tokens: int = 320
-    seed: int = 0
     canvas: int = 512
     template: str | None = None  # a prompt file with a <CAPTION> slot (default: prompts/layout.txt)
 
@@ -115,11 +113,6 @@ class LayoutPlannerConfig(BackendSettings):
         super().__post_init__()
         if self.canvas < 8:
             raise ValueError(f"canvas must be >= 8 pixels, got {self.canvas}")
-        _ = self.sampling  # its own checks name the bad sampling field
-
-    @property
-    def sampling(self) -> SamplingSettings:
-        return sampling_of(self, stop=("\nCaption:",))
 
 
 class LlmLayoutPlanner:

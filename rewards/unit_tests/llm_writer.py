@@ -25,10 +25,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from executor.tools.hf.sampling import SamplingSettings
-from rewards.unit_tests.llm_backends import BackendSettings, TextBackend, build_text_backend, sampling_of
+from rewards.unit_tests.llm_backends import SampledBackendSettings, TextBackend, build_text_backend
 from rewards.unit_tests.parsing import UnitTest, merge_tests, parse_tests
 from rewards.unit_tests.protocols import register_writer
 
@@ -45,16 +44,15 @@ _NEXT_BLOCK = re.compile(r"\n\s*(?:#\s*)?Query\s*:", re.I)
 
 
 @dataclass(frozen=True)
-class LlmWriterConfig(BackendSettings):
+class LlmWriterConfig(SampledBackendSettings):
+    STOP: ClassVar[tuple[str, ...]] = ("\nQuery:", "\n# Query:")
+
     prompt: str = "query"  # query | query_program
     task: str = "vqa"  # vqa | itm: which few-shot examples the query-only prompt shows
     template: str | None = None  # a prompt file with <QUERY> (and, for query_program, <PROGRAM>) slots
     num_candidates: int = 3
     temperature: float = 0.7
-    top_p: float = 0.9
-    top_k: int = 0
     max_new_tokens: int = 512
-    seed: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,11 +60,6 @@ class LlmWriterConfig(BackendSettings):
             raise ValueError(f"prompt must be one of {list(PROMPT_MODES)}, got {self.prompt!r}")
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {list(TASKS)}, got {self.task!r}")
-        _ = self.sampling  # its own checks name the bad sampling field
-
-    @property
-    def sampling(self) -> SamplingSettings:
-        return sampling_of(self, stop=("\nQuery:", "\n# Query:"))
 
 
 def load_template(config: LlmWriterConfig) -> str:

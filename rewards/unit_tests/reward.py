@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from data.records import Example
+from executor.limits import MAX_TRACE
 from executor.program import program_key
 from executor.results import ExecutionResult
 from rewards.unit_tests.cache import UnitTestCache
@@ -168,7 +169,7 @@ class UnitTestReward:
             result = results[(program_key(program), path)]
             run.append(result)
             expected.append(t.answer)
-            answer = None if result.answer is None else str(result.answer)[:200]
+            answer = None if result.answer is None else str(result.answer)[:MAX_TRACE]
             score = unit_test_score(result, t.answer, self.config.scoring)
             outcomes.append(TestOutcome(t.caption, t.answer, result.status, answer, score))
         value = program_score(run, expected, self.config.scoring) if run else None
@@ -200,11 +201,14 @@ def unit_tests_reward(
     cache_dir: str | None = None,
     seed: int = 0,
     runner: Any = None,
+    run_dir: str | None = None,
 ) -> UnitTestReward:
     """ViUniT's label-free reward: the program's score on generated visual unit tests.
 
     `runner` is the live executor (`executor.runner.SyncRunner`), handed over by the trainer as a
-    resource; everything else is a plain setting from the recipe."""
+    resource, like `run_dir`, the run folder: without a `cache_dir` the tests and their images are
+    cached in `<run_dir>/unit_test_cache`, so a restarted run does not write or draw them again.
+    Everything else is a plain setting from the recipe."""
     if runner is None:
         raise ValueError(
             "reward 'unit_tests' runs programs on its test images and needs the live resource 'runner' "
@@ -220,7 +224,7 @@ def unit_tests_reward(
         embedding=embedding,
         embedding_dim=int(embedding_dim),
         scoring=ScoringConfig(aggregate, mode, float(threshold), float(compile_penalty), float(runtime_penalty)),
-        cache_dir=cache_dir,
+        cache_dir=cache_dir or (str(Path(run_dir) / "unit_test_cache") if run_dir else None),
         seed=int(seed),
     )
     return UnitTestReward(config, runner)

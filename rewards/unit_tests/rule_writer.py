@@ -26,10 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rewards.unit_tests.family_scenes import COLOR_PATTERN as _C
 from rewards.unit_tests.family_scenes import PHRASE_PATTERN as _PHRASE
 from rewards.unit_tests.family_scenes import RELATION_PATTERN as _REL
-from rewards.unit_tests.family_scenes import SHAPE_PATTERN as _S
 from rewards.unit_tests.family_scenes import (
     Writer,
     choose,
@@ -49,9 +47,12 @@ from rewards.unit_tests.family_scenes import (
 )
 from rewards.unit_tests.parsing import UnitTest
 from rewards.unit_tests.protocols import register_writer
+from rewards.unit_tests.scene_text import COLOR_PATTERN as _C
+from rewards.unit_tests.scene_text import SHAPE_PATTERN as _S
+from rewards.unit_tests.scene_text import SIZE_PATTERN as _Z
 from rewards.unit_tests.scene_text import ImpossibleScene, describe
 
-_REF = rf"(?:(?:small|large) )?(?:(?:{_C}) )?(?:{_S}|object)"
+_REF = rf"(?:(?:{_Z}) )?(?:(?:{_C}) )?(?:{_S}|object)"
 _PLURAL = rf"(?:(?:{_C}) )?(?:{_S}|object)s"
 _ITM = re.compile(r'^verify image matches text\s*=\s*"(?P<caption>.+)"$', re.I)
 

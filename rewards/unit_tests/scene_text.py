@@ -17,6 +17,10 @@ import numpy as np
 
 from data.shapes.scene import COLORS, SHAPES, SIZES
 
+# The words as regex alternatives, for the query templates and the description grammar.
+SIZE_PATTERN = "|".join(SIZES)
+COLOR_PATTERN = "|".join(COLORS)
+SHAPE_PATTERN = "|".join(SHAPES)
 _NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five"}
 _OPENERS = ("", "A grey background with ", "An image of ", "A picture showing ", "A plain grey scene with ")
 _WHERE = {

@@ -21,10 +21,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from executor.tools.vocabulary import GENERIC_NOUNS
 from rewards.correctness import yes_no
 
 SLOT = "\x00"  # where the answer goes in a wh-claim's templates
-GENERIC = ("object", "thing", "shape", "item")
 # Words that end a noun phrase: relations and locative heads.
 _NP_END = frozenset({"to", "above", "below", "near", "left", "right", "on", "in", "of", "next", "behind", "under"})
 
@@ -171,7 +171,7 @@ def _replace_head(word: str, np_: str) -> str:
     """Name the head noun: "the blue object" -> "the blue hexagon"; a non-generic head gets `word` inserted."""
     tokens = np_.split()
     end = next((i for i, t in enumerate(tokens) if t in _NP_END and i > 0), len(tokens))
-    if tokens and tokens[end - 1].rstrip("s") in GENERIC:
+    if tokens and tokens[end - 1].rstrip("s") in GENERIC_NOUNS:
         return " ".join([*tokens[: end - 1], word, *tokens[end:]])
     return _insert(word, np_)
 

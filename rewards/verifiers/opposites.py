@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from data.shapes.scene import SHAPES, SIZES
+from executor.tools.vocabulary import COLORS, MATERIALS
 from rewards.unit_tests.sampler import Embedder, hashing_embedder
 
 STRATEGIES = ("argmin", "random_below")
@@ -28,27 +30,13 @@ STRATEGIES = ("argmin", "random_below")
 # The shapes world's words plus the general attribute words GQA-style questions ask about.
 DEFAULT_GROUPS: dict[str, tuple[str, ...]] = {
     "yes_no": ("yes", "no"),
-    "color": (
-        "red",
-        "green",
-        "blue",
-        "yellow",
-        "purple",
-        "orange",
-        "cyan",
-        "magenta",
-        "white",
-        "black",
-        "gray",
-        "brown",
-        "pink",
-    ),
-    "shape": ("circle", "square", "triangle", "star", "hexagon"),
-    "size": ("small", "large"),
+    "color": COLORS,
+    "shape": SHAPES,
+    "size": SIZES,
     "horizontal": ("left", "right"),
     "vertical": ("top", "bottom"),
     "above_below": ("above", "below"),
-    "material": ("wood", "metal", "glass", "plastic", "rubber", "fabric", "stone", "paper"),
+    "material": MATERIALS,
     "number": ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"),
 }
 

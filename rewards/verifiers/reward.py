@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from data.boxes import box_from_top_left
 from data.records import Example
 from executor.results import ExecutionResult, ToolCallRecord
-from executor.tools.base import box_from_top_left
 from rewards.answer_normalization import answer_to_text
 from rewards.correctness import parse_box
 from rewards.protocol import RewardFn

@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from executor.tools.base import MAX_TEXTS, Box, ToolCall, ToolError, ToolUnavailable
+from data.boxes import Box
+from executor.tools.calls import MAX_TEXTS, ToolCall
+from executor.tools.errors import ToolError, ToolUnavailable
 from rewards.correctness import yes_no
 from rewards.unit_tests.sampler import Embedder
 from rewards.verifiers.claims import Claim

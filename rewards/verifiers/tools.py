@@ -17,7 +17,10 @@ from typing import Any
 
 from data.records import Example
 from executor.host import ToolHost
-from executor.tools.base import ImageInfo, ToolCall, ToolError, ToolUnavailable
+from executor.limits import MAX_MESSAGE
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError, ToolUnavailable
+from executor.tools.images import ImageInfo
 
 
 class ToolCaller:
@@ -88,4 +91,4 @@ def _outcome(out: Any) -> Any:
     if isinstance(out, (ToolError, ToolUnavailable)):
         return out
     # Anything else escaping the host is the host breaking: our failure, never a score.
-    return ToolUnavailable(f"tool host failure: {type(out).__name__}: {out}"[:300])
+    return ToolUnavailable(f"tool host failure: {type(out).__name__}: {out}"[:MAX_MESSAGE])

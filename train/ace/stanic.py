@@ -131,11 +131,10 @@ def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
     from executor.runner import RunnerConfig, SyncRunner
     from executor.tools.stack import build_backend, read_tool_stack
     from rewards.compose import RewardComposer, RewardConfig
-    from train.policy.loading import check_policy, load_model, load_tokenizer, policy_name
+    from train.policy.loading import check_policy, policy_name
     from train.recipe.data import load_examples, prompt_configs
     from train.recipe.parsing import parse_config
     from train.recipe.rl_config import DataArgs, ExecutorArgs, PolicyArgs, PromptArgs
-    from train.sampling.hf import HFGenerator
 
     policy_args, data, prompt, executor, args = parse_config(
         (PolicyArgs, DataArgs, PromptArgs, ExecutorArgs, StanicArgs), argv
@@ -149,8 +148,7 @@ def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
         from data.shapes.tasks import scene_graph_files
 
         overrides["scene_graphs"] = [str(p) for p in scene_graph_files(data.dataset_root)]
-    model, _ = load_model(policy_args)  # zero-shot: the fresh LoRA config is not applied
-    generator = HFGenerator(model, load_tokenizer(policy_args), args.batch_size, style=policy_args.framing)
+    generator = stanic_generator(policy_args, args.batch_size)
     runner_cfg = RunnerConfig(
         slots=executor.executor_slots or 2, timeout_s=executor.executor_timeout_s, sandbox=executor.executor_sandbox
     )
@@ -178,3 +176,12 @@ def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
             log,
         )
     return report, args.out
+
+
+def stanic_generator(policy: Any, batch_size: int) -> Generator:
+    """The policy zero-shot (its `adapter_path` when given), loaded and placed like training places it."""
+    from train.policy.loading import load_for_sampling
+    from train.sampling.hf import HFGenerator
+
+    model, tokenizer = load_for_sampling(policy, policy.adapter_path)
+    return HFGenerator(model, tokenizer, batch_size, style=policy.framing)

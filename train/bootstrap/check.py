@@ -21,7 +21,7 @@ from train.rollouts.scorer import ProgramScorer
 from train.sampling.generator import policy_sampling, sampling_fields
 from train.sampling.hf import HFGenerator
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,14 @@ import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from data.loaders import DATASETS, load_dataset
 from data.records import Example
 from train.evaluation.modes import FEEDBACK, MODES, ModeConfig
+from train.prompts import PromptConfig, PromptTemplate
 
 SHAPES_TASKS = ("train", "val", "heldout", "winoground", "sugarcrepe", "refcoco")
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +61,12 @@ class EvalConfig:
     max_new_tokens: int = 320
     batch_size: int = 32
     threads: int = field(default=0, metadata={"help": "torch CPU threads for generation (0: torch's default)"})
+    torch_dtype: str = field(default="auto", metadata={"help": "auto (bf16 on a GPU, fp32 on CPU) | float32 | ..."})
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    framing: str = field(default="auto", metadata={"help": "prompt framing: auto | plain | chat"})
+    generator: str = field(default="auto", metadata={"help": "auto (vLLM on a GPU when installed) | hf | vllm"})
+    vllm_kwargs: str = field(default="", metadata={"help": "JSON of vllm.LLM arguments (gpu_memory_utilization, ...)"})
     sandbox: str = "full"
     slots: int = 2
     timeout_s: float = 5.0
@@ -264,7 +272,6 @@ def validate(cfg: EvalConfig) -> EvalPlan:
     policies = parse_policies(cfg)
     modes = mode_configs(cfg)
     check_tools(cfg, modes)
-    from train.prompts import PromptConfig
 
     for task in ("vqa", "itm", "grounding"):
         PromptConfig(variant=cfg.variant, task=task, layout=cfg.layout, ice_file=cfg.ice_file, max_ices=cfg.max_ices)
@@ -276,7 +283,51 @@ def validate(cfg: EvalConfig) -> EvalPlan:
         raise ValueError("seeds: empty")
     if cfg.limit < 0 or cfg.threads < 0 or cfg.batch_size < 1 or cfg.max_new_tokens < 1:
         raise ValueError("limit and threads must be >= 0, batch_size and max_new_tokens >= 1")
+    policy_args(cfg)  # dtype, quantization, framing
+    choose_generator(cfg)
     return EvalPlan(datasets, policies, modes, seeds)
+
+
+GENERATORS = ("auto", "hf", "vllm")
+
+
+def policy_args(cfg: EvalConfig) -> Any:
+    """The policy's loading settings, checked as training checks them (`train.policy.loading`)."""
+    from train.policy.loading import check_policy_options
+    from train.recipe.parsing import ConfigError
+    from train.recipe.sections import PolicyArgs
+
+    args = PolicyArgs(
+        model_name_or_path=cfg.policy,
+        torch_dtype=cfg.torch_dtype,
+        load_in_4bit=cfg.load_in_4bit,
+        load_in_8bit=cfg.load_in_8bit,
+        framing=cfg.framing,
+    )
+    try:
+        check_policy_options(args)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return args
+
+
+def choose_generator(cfg: EvalConfig) -> str:
+    """ "hf" or "vllm": `auto` samples with vLLM where it can run (installed, a CUDA GPU), else with
+    transformers; asking for vLLM where it cannot run is an error."""
+    import importlib.util
+
+    import torch
+
+    if cfg.generator not in GENERATORS:
+        raise ValueError(f"generator: {cfg.generator!r} is not one of {', '.join(GENERATORS)}")
+    if cfg.vllm_kwargs:
+        _json_setting(cfg.vllm_kwargs, "vllm_kwargs")
+    usable = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+    if cfg.generator == "vllm" and not usable:
+        raise ValueError("generator: vllm needs vLLM installed and a CUDA GPU (pip install 'vprl[vllm]')")
+    if cfg.generator == "auto":
+        return "vllm" if usable and not (cfg.load_in_4bit or cfg.load_in_8bit) else "hf"
+    return cfg.generator
 
 
 def check_context(cfg: EvalConfig, data: dict[str, list[Example]], modes: list[ModeConfig]) -> None:
@@ -285,7 +336,6 @@ def check_context(cfg: EvalConfig, data: dict[str, list[Example]], modes: list[M
     tokens). Reads the tokenizer and config only, no weights."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from train.evaluation.session import prompt_template
     from train.prompts import encode_prompt, frame_prompt
 
     config = AutoConfig.from_pretrained(cfg.policy)
@@ -307,3 +357,15 @@ def check_context(cfg: EvalConfig, data: dict[str, list[Example]], modes: list[M
                     f"max_new_tokens {cfg.max_new_tokens}{', a previous attempt' if extra else ''}), but policy "
                     f"{cfg.policy!r} has {positions}; {fix}"
                 )
+
+
+@lru_cache(maxsize=64)
+def _template(variant: str, task: str, layout: str, ice_file: str | None, max_ices: int | None) -> PromptTemplate:
+    return PromptTemplate.from_config(
+        PromptConfig(variant=variant, task=task, layout=layout, ice_file=ice_file, max_ices=max_ices)
+    )
+
+
+def prompt_template(cfg: Any, task: str) -> PromptTemplate:
+    """The prompt template of a task under an `EvalConfig` (rendered once per setting)."""
+    return _template(cfg.variant, task, cfg.layout, cfg.ice_file, cfg.max_ices)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +18,10 @@ from executor.tools.stack import build_backend
 from train.evaluation.fallback import fallback_program
 from train.evaluation.metrics import Prediction
 from train.evaluation.modes import EvalContext, ModeConfig, run_mode
-from train.prompts import PreviousAttempt, PromptConfig, PromptTemplate
+from train.evaluation.plan import choose_generator, policy_args, prompt_template
+from train.prompts import PreviousAttempt
 from train.sampling.generator import Generator, policy_sampling
 from train.sampling.hf import HFGenerator
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-
-
-@lru_cache(maxsize=64)
-def _template(variant: str, task: str, layout: str, ice_file: str | None, max_ices: int | None) -> PromptTemplate:
-    return PromptTemplate.from_config(
-        PromptConfig(variant=variant, task=task, layout=layout, ice_file=ice_file, max_ices=max_ices)
-    )
-
-
-def prompt_template(cfg: Any, task: str) -> PromptTemplate:
-    """The prompt template of a task under an `EvalConfig` (rendered once per setting)."""
-    return _template(cfg.variant, task, cfg.layout, cfg.ice_file, cfg.max_ices)
 
 
 class EvalSession:
@@ -71,28 +57,7 @@ class EvalSession:
         if make_generator is not None:
             self.generator = make_generator(policy)
             return
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if self.cfg.threads:
-            # Small models on a busy CPU run several times faster on one thread than oversubscribed.
-            torch.set_num_threads(self.cfg.threads)
-
-        model = AutoModelForCausalLM.from_pretrained(self.cfg.policy)
-        if policy.adapter:
-            from peft import PeftModel
-
-            # Merged into the base weights: the same function, without LoRA's extra matmuls per layer.
-            model = PeftModel.from_pretrained(model, policy.adapter).merge_and_unload()
-        model.eval()
-        # A policy saved from training may carry use_cache=False (gradient checkpointing); decoding
-        # without the KV cache is an order of magnitude slower, and nothing here trains.
-        model.config.use_cache = True
-        model.generation_config.use_cache = True
-        # An adapter folder may carry the tokenizer it was trained with (added tokens); else the base's.
-        has_tokenizer = policy.adapter and any((Path(policy.adapter) / f).is_file() for f in TOKENIZER_FILES)
-        tokenizer = AutoTokenizer.from_pretrained(policy.adapter if has_tokenizer else self.cfg.policy)
-        self.generator = HFGenerator(model, tokenizer, batch_size=self.cfg.batch_size)
+        self.generator = policy_generator(self.cfg, policy)
 
     def context(self, seed: int) -> EvalContext:
         if self.generator is None:
@@ -133,3 +98,32 @@ class EvalSession:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def policy_generator(cfg: Any, policy: Any) -> Generator:
+    """The policy's sampler: vLLM's engine serving the adapter where vLLM can run (`choose_generator`),
+    else transformers on the model loaded and placed like training places it."""
+    from train.policy.loading import TOKENIZER_FILES, load_for_sampling
+
+    args = policy_args(cfg)
+    if choose_generator(cfg) == "vllm":
+        from transformers import AutoTokenizer
+
+        from train.sampling.vllm_engine import VLLMGenerator
+
+        has_tokenizer = policy.adapter and any((Path(policy.adapter) / f).is_file() for f in TOKENIZER_FILES)
+        tokenizer = AutoTokenizer.from_pretrained(policy.adapter if has_tokenizer else cfg.policy)
+        rank = json.loads((Path(policy.adapter) / "adapter_config.json").read_text())["r"] if policy.adapter else 16
+        engine_kwargs = {"dtype": cfg.torch_dtype, **(json.loads(cfg.vllm_kwargs) if cfg.vllm_kwargs else {})}
+        generator = VLLMGenerator(
+            cfg.policy, tokenizer, style=cfg.framing, max_lora_rank=rank, engine_kwargs=engine_kwargs
+        )
+        generator.set_adapter(policy.adapter)
+        return generator
+    import torch
+
+    if cfg.threads:
+        # Small models on a busy CPU run several times faster on one thread than oversubscribed.
+        torch.set_num_threads(cfg.threads)
+    model, tokenizer = load_for_sampling(args, policy.adapter)
+    return HFGenerator(model, tokenizer, batch_size=cfg.batch_size, style=cfg.framing)

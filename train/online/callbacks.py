@@ -103,7 +103,10 @@ class ProgramTable(TrainerCallback):
                 json.dumps(row.components),
                 trace,
             )
-        wandb.log({"programs": table}, step=state.global_step)
+        # No `step=`: transformers' WandbCallback logs without one, so wandb's own step runs ahead of
+        # the trainer's, and a record with an older step is dropped. The trainer's step goes in the
+        # row, as `train/global_step` (transformers' x-axis for every train/ metric).
+        wandb.log({"programs": table, "train/global_step": state.global_step})
         return control
 
 

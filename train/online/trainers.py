@@ -2,14 +2,16 @@
 
 - Stop at the end of the program. A completion is the body of `execute_command`; what the model
   writes after it (the next `# query`, another `def`) is cut at the first stop sequence, tokens
-  included, so the loss covers only the program. vLLM gets the same stops as sampling parameters;
-  transformers' generate cannot take stop strings through trl, so its completions are cut here.
+  included, and ends with EOS, so the loss covers only the program and its end. vLLM gets the
+  same stops as sampling parameters; transformers' generate cannot take stop strings through trl,
+  so its completions are cut here.
 - Zero-variance groups: the groups (samples of one prompt) whose scorable rewards are all equal
   carry no learning signal (advantage 0). Their count and share are logged every step from the
-  rewards of all processes; with `filter_zero_variance` their tokens are dropped from the loss and
-  from its token count, so for token-normalised losses (dapo, bnpo, dr_grpo) the step is as if
-  the groups had not been sampled. For per-sequence means (loss_type grpo, RLOO) they contribute
-  zero but still count in the mean. trl itself only reports `frac_reward_zero_std`.
+  rewards of all processes; with `filter_zero_variance` their advantages are zeroed (RLOO's KL
+  penalty included), and for GRPO their tokens also leave the mask and the token count, so for
+  token-normalised losses (dapo, bnpo, dr_grpo) the step is as if the groups had not been sampled.
+  For per-sequence means (loss_type grpo, RLOO) they contribute zero but still count in the mean.
+  trl itself only reports `frac_reward_zero_std`.
 - Execution overlaps the log-probability passes. trl's step is: generate, compute the old
   log-probabilities (RLOO always; GRPO with vLLM importance sampling or when generation and
   optimisation steps are misaligned) and the reference ones (beta > 0), then call the reward
@@ -54,6 +56,7 @@ class ProgramTrainerMixin:
 
     stop_sequences: tuple[str, ...] = ()
     filter_zero_variance: bool = False
+    filter_by_mask: bool = True  # also drop filtered rows' tokens from the mask (GRPO; not RLOO)
     reward_adapter: TrlRewardAdapter | None = None
     overlap_execution: bool = False
     completions_at: int  # where `_generate` returns the completions (trl's tuples differ per trainer)
@@ -99,7 +102,17 @@ class ProgramTrainerMixin:
         keep = [stop_length(seq, self._tokenizer, self.stop_sequences) for seq in ids]
         cut = [list(seq[:k]) for seq, k in zip(ids, keep, strict=True)]
         if logprobs is not None:
-            logprobs = [lp[:k] for lp, k in zip(logprobs, keep, strict=True)]
+            logprobs = [list(lp[:k]) for lp, k in zip(logprobs, keep, strict=True)]
+        # A program that ended at a stop sequence ended: it gets the EOS the stop rule stands for, so
+        # trl does not count it as clipped and the policy learns to end there. Under the sampler
+        # (model plus stop rule) that end was certain: its sampling log-probability is 0.
+        eos = self._tokenizer.eos_token_id
+        for i, seq in enumerate(cut):
+            ended = len(seq) < len(ids[i]) or len(ids[i]) < self.max_completion_length
+            if eos is not None and ended and (not seq or seq[-1] != eos):
+                seq.append(eos)
+                if logprobs is not None:
+                    logprobs[i].append(0.0)
         return (cut, logprobs) if isinstance(out, tuple) else cut
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -120,19 +133,29 @@ class ProgramTrainerMixin:
         self._metrics[mode]["zero_variance/share"].append(float(zero.float().mean().item()))
         if self.filter_zero_variance and mode == "train":
             rows = zero.repeat_interleave(group)
-            n = output["completion_mask"].size(0)
+            n = output["advantages"].size(0)
             start = self.accelerator.process_index * n
-            local = rows[start : start + n].to(output["completion_mask"].device)
-            output["completion_mask"] = output["completion_mask"] * (~local).unsqueeze(1).to(
-                output["completion_mask"].dtype
-            )
-            if "num_items_in_batch" in output:
-                mask = output["completion_mask"]
-                if output.get("tool_mask") is not None:
-                    mask = mask * output["tool_mask"]
-                output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+            local = rows[start : start + n].to(output["advantages"].device)
+            # A zero advantage takes the row out of the policy-gradient term exactly, whatever the
+            # loss; RLOO's KL penalty sits inside its rewards, so this removes that too.
+            output["advantages"] = output["advantages"] * (~local).to(output["advantages"].dtype)
+            if self.filter_by_mask:
+                self._drop_from_token_count(output, local)
             self._metrics[mode]["zero_variance/filtered_share"].append(float(local.float().mean().item()))
         return output
+
+    def _drop_from_token_count(self, output: dict[str, Any], rows: torch.Tensor) -> None:
+        """GRPO's token-normalised losses: the filtered rows' tokens leave the mask and the count, so
+        the step is as if they had not been sampled. (RLOO keeps its mask: its loss compares summed
+        sequence log-probabilities with old ones computed under the full mask, and a zeroed mask
+        would turn the ratio into exp(-old), which overflows for long completions.)"""
+        mask = output["completion_mask"]
+        output["completion_mask"] = mask * (~rows).unsqueeze(1).to(mask.dtype)
+        if "num_items_in_batch" in output:
+            counted = output["completion_mask"]
+            if output.get("tool_mask") is not None:
+                counted = counted * output["tool_mask"]
+            output["num_items_in_batch"] = self.accelerator.gather(counted.sum()).sum()
 
 
 def zero_variance_rows(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:
@@ -145,10 +168,12 @@ def zero_variance_rows(rewards_per_func: torch.Tensor, weights: torch.Tensor, gr
 
 
 class ProgramGRPOTrainer(ProgramTrainerMixin, GRPOTrainer):
+    filter_by_mask = True
     completions_at = 3  # (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...)
 
 
 class ProgramRLOOTrainer(ProgramTrainerMixin, RLOOTrainer):
+    filter_by_mask = False
     completions_at = 2  # (prompt_ids, completion_ids, completions)
 
 

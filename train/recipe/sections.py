@@ -29,6 +29,7 @@ class PolicyArgs:
     lora_dropout: float = 0.05
     lora_target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
     load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA: 4-bit base through bitsandbytes"})
+    load_in_8bit: bool = field(default=False, metadata={"help": "8-bit base through bitsandbytes"})
     bnb_4bit_quant_type: str = "nf4"
     bnb_4bit_compute_dtype: str = "bfloat16"
     bnb_4bit_use_double_quant: bool = True

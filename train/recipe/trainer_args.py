@@ -52,8 +52,13 @@ def _with_defaults(cls: type, defaults: dict[str, Any]) -> type:
     return derived
 
 
-GRPOArgs = _with_defaults(GRPOConfig, {**RECIPE_DEFAULTS, **SAMPLING_DEFAULTS})
-RLOOArgs = _with_defaults(RLOOConfig, {**RECIPE_DEFAULTS, **SAMPLING_DEFAULTS})
+# The online algorithms: the same KL weight for both, so switching `algorithm` compares the estimators
+# and nothing else (trl's own defaults differ: GRPO 0, RLOO 0.05); and no dropout, so the passes that
+# compute old, reference and new log-probabilities of one batch agree (with LoRA dropout 0.05 they
+# differ by noise, and vLLM's importance-sampling correction would drop sequences for it).
+ONLINE_DEFAULTS: dict[str, Any] = {"beta": 0.0, "disable_dropout": True}
+GRPOArgs = _with_defaults(GRPOConfig, {**RECIPE_DEFAULTS, **SAMPLING_DEFAULTS, **ONLINE_DEFAULTS})
+RLOOArgs = _with_defaults(RLOOConfig, {**RECIPE_DEFAULTS, **SAMPLING_DEFAULTS, **ONLINE_DEFAULTS})
 # ReST's SFT step: ViUniT trains one epoch per iteration with a per-device batch of 2.
 SFTArgs = _with_defaults(SFTConfig, {**RECIPE_DEFAULTS, "num_train_epochs": 1.0, "per_device_train_batch_size": 2})
 TRAINER_ARGS: dict[str, type] = {"grpo": GRPOArgs, "rloo": RLOOArgs, "rest": SFTArgs}

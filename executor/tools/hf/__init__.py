@@ -13,13 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from executor.tools.base import TOOLS, ImageStore, ToolBackend, ToolCall
+from executor.tools.base import ToolBackend
+from executor.tools.calls import TOOLS, ToolCall
 from executor.tools.hf import depth as depth_mod
 from executor.tools.hf import detection, matching
 from executor.tools.hf import llm as llm_mod
 from executor.tools.hf import vqa as vqa_mod
 from executor.tools.hf.loading import ModelCache, Placement
 from executor.tools.hf.settings import ToolSettings, parse_config
+from executor.tools.images import ImageStore
 
 __all__ = ["HFBackend"]
 

@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from executor.tools.base import ImageStore, ToolCall, ToolUnavailable
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolUnavailable
 from executor.tools.hf.loading import Placement, float_dtype, from_pretrained, input_device, model_type
 from executor.tools.hf.regions import chunks, crop, region_of
 from executor.tools.hf.settings import DepthSettings
+from executor.tools.images import ImageStore
 
 FAMILIES = ("dpt", "depth_anything")
 

@@ -13,10 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from executor.tools.base import ImageStore, ToolCall, ToolError, ToolUnavailable
+from data.boxes import nms
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError, ToolUnavailable
 from executor.tools.hf.loading import Placement, float_dtype, from_pretrained, input_device, model_type
-from executor.tools.hf.regions import Region, chunks, crop_boxes_to_image, crop_pil, dedupe, nms, region_of
+from executor.tools.hf.regions import Region, chunks, crop_boxes_to_image, crop_pil, dedupe, region_of
 from executor.tools.hf.settings import DetectSettings
+from executor.tools.images import ImageStore
 
 # Paper defaults per family: ViUniT uses GroundingDINO at 0.2/0.2, Stanić et al. OWLv2 at 0.1.
 DEFAULT_BOX_THRESHOLD = {"grounding-dino": 0.2, "owlv2": 0.1, "owlvit": 0.1}

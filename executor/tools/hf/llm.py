@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from executor.tools.base import ToolCall, ToolError, ToolUnavailable
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError, ToolUnavailable
 from executor.tools.hf.loading import Placement, from_pretrained, input_device, resolve_device
 from executor.tools.hf.regions import chunks, dedupe
 from executor.tools.hf.settings import LlmSettings

@@ -14,7 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from executor.tools.base import Box, ImageStore, ToolCall, ToolError, check_box
+from data.boxes import Box, check_box
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError
+from executor.tools.images import ImageStore
 
 
 @dataclass(frozen=True)
@@ -100,22 +103,3 @@ def crop_boxes_to_image(boxes: np.ndarray, region: Region) -> np.ndarray:
     boxes[:, [0, 2]] += dx
     boxes[:, [1, 3]] += dy
     return boxes
-
-
-def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> list[int]:
-    """Greedy non-maximum suppression; indices kept, best score first (no torchvision on CPU installs)."""
-    order = list(np.argsort(-scores, kind="stable"))
-    keep: list[int] = []
-    while order:
-        best = order.pop(0)
-        keep.append(int(best))
-        order = [j for j in order if box_iou(boxes[best], boxes[j]) <= iou]
-    return keep
-
-
-def box_iou(a: np.ndarray, b: np.ndarray) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return float(inter / union) if union > 0 else 0.0

@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from executor.tools.base import ImageStore, ToolCall, ToolError, ToolUnavailable
+from executor.tools.calls import ToolCall
+from executor.tools.errors import ToolError, ToolUnavailable
 from executor.tools.hf.loading import Placement, float_dtype, from_pretrained, input_device, model_type
 from executor.tools.hf.regions import Region, chunks, crop_pil, dedupe, region_of
 from executor.tools.hf.settings import GenerationSettings
+from executor.tools.images import ImageStore
 
 
 @dataclass

@@ -13,7 +13,9 @@ import re
 from collections import OrderedDict
 from typing import Any
 
-from executor.tools.base import ImageStore, ToolBackend, ToolCall
+from executor.tools.base import ToolBackend
+from executor.tools.calls import ToolCall
+from executor.tools.images import ImageStore
 from executor.tools.oracle import OracleBackend, SceneObject
 from executor.tools.phrases import norm_attr, parse_noun_phrase, singular, words
 from executor.tools.shapes.segmentation import segment
