@@ -112,14 +112,15 @@ def test_imports_point_one_way():
 
 
 def test_entry_scripts_shadow_no_installed_package():
-    """`accelerate launch train/rl.py` puts train/ first on sys.path: every name there must not be
-    the name of a standard-library module or of a module an installed distribution provides."""
-    installed = set(sys.stdlib_module_names) | set(metadata.packages_distributions())
-    names = {p.stem for p in (REPO / "train").glob("*.py")} | {
-        p.name for p in (REPO / "train").iterdir() if p.is_dir()
-    }
-    names -= {"__init__", "__pycache__"}
-    assert names and sorted(names & installed) == []
+    """`accelerate launch train/rl.py` (or `python bench/X.py`) puts the script's folder first on
+    sys.path: no name there may be a standard-library module, a module an installed distribution
+    provides, or one of our own packages."""
+    installed = set(sys.stdlib_module_names) | set(metadata.packages_distributions()) | set(PACKAGES)
+    for folder in ("train", "bench"):
+        here = REPO / folder
+        names = {p.stem for p in here.glob("*.py")} | {p.name for p in here.iterdir() if p.is_dir()}
+        names -= {"__init__", "__pycache__"}
+        assert names and sorted(names & installed) == [], folder
 
 
 def test_entry_scripts_need_no_sys_path_edits():

@@ -323,3 +323,46 @@ def test_unit_test_cache_lives_in_the_run_folder(tmp_path):
 
     reward = build_reward("unit_tests", {"runner": object(), "run_dir": str(tmp_path)})
     assert reward.config.cache_dir == str(tmp_path / "unit_test_cache")
+
+
+def test_self_tuning_on_the_hf_stack_can_be_configured():
+    """Fault: self-tuning overrides were checked against `HFBackend.__init__`'s signature, which takes
+    one free-form mapping, so `{"detect": ...}` was refused as unknown on the paper stacks. Now each
+    backend checks its own settings, and a tool's section is merged, not replaced."""
+    from executor.tools.stack import read_tool_stack, stack_settings
+    from train.evaluation.plan import EvalConfig, check_tools, mode_configs
+
+    stack = str(REPO / "configs/tools/viunit.yaml")
+    cfg = EvalConfig(tools=stack, modes="self_tuning", self_tuning='{"detect": {"box_threshold": 0.1}}')
+    check_tools(cfg, mode_configs(cfg))
+    merged = stack_settings(read_tool_stack(stack), {"detect": {"box_threshold": 0.1}})
+    assert merged["detect"]["box_threshold"] == 0.1 and merged["detect"]["model"].startswith("IDEA-Research/")
+    typo = EvalConfig(tools=stack, modes="self_tuning", self_tuning='{"detect": {"box_treshold": 0.1}}')
+    with pytest.raises(ValueError, match=r"self_tuning: .*box_treshold"):
+        check_tools(typo, mode_configs(typo))
+
+
+def test_unit_tests_can_be_prepared_so_training_never_loads_the_writer_or_generator(tmp_path, fitted):
+    """Fault (part): the unit-test recipes put the writer LLM and the image generator on the GPU next
+    to the policy. Tests depend on the question only, so `python -m train.prepare_unit_tests` makes
+    them all first, into the run folder's cache; the training run then finds every test and image
+    there (no writer call, no image drawn), so neither model is ever loaded during RL."""
+    from executor.host import ToolHost
+    from executor.runner import RunnerConfig, SyncRunner
+    from executor.tools.stack import build_backend
+    from rewards.registry import build_reward
+    from train.prepare_unit_tests import main as prepare
+
+    world, _ = fitted
+    recipe = _recipe(tmp_path, fitted, rewards=[{"name": "unit_tests", "settings": {"num_tests": 3}}])
+    summary = prepare(["--config", str(recipe)])
+    assert summary["queries"] > 0 and summary["images"] > 0 and summary["tests_written"] == summary["queries"]
+    from train.recipe.checks import validate
+    from train.recipe.rl_config import parse_rl_config
+
+    examples = validate(parse_rl_config(["--config", str(recipe)])).examples[:6]
+    with SyncRunner(ToolHost(build_backend(SHAPES_STACK)), RunnerConfig(slots=1)) as runner:
+        reward = build_reward("unit_tests", {"runner": runner, "run_dir": str(tmp_path / "run")}, num_tests=3)
+        reward.evaluate([e.query for e in examples], ["def execute_command(image):\n    return 'yes'\n"] * 6)
+    stats = reward.cache.stats
+    assert stats.tests_written == 0 and stats.images_generated == 0 and stats.tests_reused > 0

@@ -145,22 +145,51 @@ class FakeSamplingParams:
         self.kwargs = kwargs
 
 
+class FakeTokenizer:
+    """Characters as ids; "<s>" is the BOS (id 1), which `add_special_tokens` puts in front; with a
+    chat template, a user turn renders as "<s>[INST] ... [/INST]" (BOS included, as Llama's does)."""
+
+    bos_token_id = 1
+
+    def __init__(self, chat_template: str | None = None):
+        self.chat_template = chat_template
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+        return f"<s>[INST] {messages[-1]['content']} [/INST]"
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [self.bos_token_id] if add_special_tokens else []
+        while text:
+            if text.startswith("<s>"):
+                ids.append(self.bos_token_id)
+                text = text[3:]
+            else:
+                ids.append(ord(text[0]) + 2)
+                text = text[1:]
+        return {"input_ids": ids}
+
+    def decode(self, ids):
+        return "".join("<s>" if i == self.bos_token_id else chr(i - 2) for i in ids)
+
+
 class FakeEngine:
     """Stands in for `vllm.LLM`: answers prompts that name a red car with tests, others with noise."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, tokenizer=None, **kwargs):
         self.init_kwargs = kwargs
+        self.tokenizer = tokenizer or FakeTokenizer()
         self.calls: list[tuple[list[str], FakeSamplingParams]] = []
 
     def get_tokenizer(self):
-        return SimpleNamespace(chat_template=None)
+        return self.tokenizer
 
     def generate(self, prompts, params, use_tqdm=False):
-        self.calls.append((list(prompts), params))
+        texts = [self.tokenizer.decode(p["prompt_token_ids"]) for p in prompts]
+        self.calls.append((texts, params, [p["prompt_token_ids"] for p in prompts]))
         n = params.kwargs["n"]
         good = '1. Image Caption: "a red car parked on a street" Answer: yes\n2. Image Caption: "a bus" Answer: no'
-        texts = [[good if "red car" in p.rsplit("Query:", 1)[1] else "lorem ipsum"] * n for p in prompts]
-        return [SimpleNamespace(outputs=[SimpleNamespace(text=t) for t in ts]) for ts in texts]
+        replies = [[good if "red car" in p.rsplit("Query:", 1)[1] else "lorem ipsum"] * n for p in texts]
+        return [SimpleNamespace(outputs=[SimpleNamespace(text=t) for t in ts]) for ts in replies]
 
 
 @pytest.fixture()
@@ -178,7 +207,7 @@ def test_vllm_backend_with_injected_engine(fake_vllm):
     tests = writer.write([QUERY, "What color is the sky?"])
     assert tests == [[UnitTest("a red car parked on a street", "yes"), UnitTest("a bus", "no")], []]
     assert writer.warnings == Counter(unparseable_reply=3, no_tests_for_query=1, duplicate=4)
-    ((prompts, params),) = engine.calls
+    ((prompts, params, _),) = engine.calls
     assert len(prompts) == 2 and QUERY in prompts[0]
     assert params.kwargs == dict(n=3, temperature=0.7, top_p=0.9, top_k=0, max_tokens=512, seed=0,
                                  stop=["\nQuery:", "\n# Query:"])  # fmt: skip
@@ -189,6 +218,19 @@ def test_vllm_engine_is_built_lazily_from_settings(fake_vllm):
     assert writer.backend._engine is None  # nothing loaded until the first write
     writer.write([QUERY])
     assert writer.backend.engine.init_kwargs == dict(model="/ckpt/llama", dtype="bfloat16", gpu_memory_utilization=0.4)
+
+
+@pytest.mark.parametrize("chat_template", [None, "llama-style"])
+def test_vllm_writer_sends_token_ids_with_one_bos(fake_vllm, chat_template):
+    """Fault: the vLLM writer sent chat-templated text, which already starts with BOS, and vLLM added
+    a second one when it tokenized it. Now it sends token ids, encoded as the transformers backend
+    encodes them."""
+    engine = FakeEngine(FakeTokenizer(chat_template))
+    writer = build_writer("llm", model="meta-llama/Meta-Llama-3-8B-Instruct", backend="vllm", engine=engine)
+    writer.write([QUERY])
+    ((texts, _, ids),) = engine.calls
+    assert ids[0].count(FakeTokenizer.bos_token_id) == 1 and ids[0][0] == FakeTokenizer.bos_token_id
+    assert (texts[0].startswith("<s>[INST]")) == (chat_template is not None) and QUERY in texts[0]
 
 
 @pytest.mark.vllm

@@ -8,6 +8,7 @@ pixels from the shared `ImageStore`; the calls, the tools and their results are 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from typing import Any, ClassVar
 
@@ -26,6 +27,19 @@ class ToolBackend:
     def __init__(self, images: ImageStore, **config: Any) -> None:
         self.images = images
         self.config = config
+
+    @classmethod
+    def check_settings(cls, **settings: Any) -> None:
+        """Raise ValueError naming what a stack's settings get wrong, without loading anything.
+        Backends with explicit keyword settings are checked against their signature; a backend that
+        takes a free-form mapping overrides this."""
+        params = inspect.signature(cls.__init__).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        valid = [name for name in params if name not in ("self", "images")]
+        unknown = sorted(set(settings) - set(valid))
+        if unknown:
+            raise ValueError(f"the {cls.name!r} backend: unknown setting(s) {unknown}; valid: {valid}")
 
     def config_hash(self) -> str:
         """Identifies the backend and its settings in cache keys; any change invalidates the cache."""

@@ -52,14 +52,26 @@ def read_tool_stack(path: str | Path) -> dict[str, Any]:
     return config
 
 
+def stack_settings(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A stack's backend settings with `overrides` applied: a mapping (one tool's section) is merged
+    into the stack's, so `{"detect": {"box_threshold": 0.1}}` changes the threshold and keeps the model;
+    anything else replaces the stack's value."""
+    settings = {k: v for k, v in config.items() if k not in ("backend", "_source")}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(settings.get(key), dict):
+            settings[key] = {**settings[key], **value}
+        else:
+            settings[key] = value
+    return settings
+
+
 def build_backend(
     config: dict[str, Any] | str | Path, images: ImageStore | None = None, **overrides: Any
 ) -> ToolBackend:
     """Instantiate the backend a stack names; `overrides` replace settings (e.g. scene graphs)."""
     if not isinstance(config, dict):
         config = read_tool_stack(config)
-    settings = {k: v for k, v in config.items() if k not in ("backend", "_source")}
-    settings.update(overrides)
+    settings = stack_settings(config, overrides)
     if "_source" in config:
         base = Path(config["_source"]).parent
         for key in PATH_SETTINGS & set(settings):

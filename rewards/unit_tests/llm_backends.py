@@ -195,7 +195,13 @@ class VllmBackend:
 
         engine = self.engine
         tok = engine.get_tokenizer()
+        templated = self.settings.chat_template and getattr(tok, "chat_template", None)
         texts = [as_user_turn(tok, p, self.settings.chat_template) for p in prompts]
+        # Token ids, encoded as the transformers backend encodes them: handed text, vLLM tokenizes it
+        # with special tokens, and a rendered chat template already starts with its BOS (two BOS).
+        token_prompts = [
+            {"prompt_token_ids": list(tok(t, add_special_tokens=not templated)["input_ids"])} for t in texts
+        ]
         params = SamplingParams(
             n=1 if sampling.greedy else sampling.n,
             temperature=sampling.temperature,
@@ -205,7 +211,7 @@ class VllmBackend:
             seed=sampling.seed,
             stop=list(sampling.stop) or None,
         )
-        outputs = engine.generate(texts, params, use_tqdm=len(texts) > 1)
+        outputs = engine.generate(token_prompts, params, use_tqdm=len(texts) > 1)
         return [[c.text for c in out.outputs] for out in outputs]
 
 

@@ -127,6 +127,18 @@ class UnitTestReward:
         self.seconds["tests"] += time.perf_counter() - start
         return [self._sample(c) for c in candidates]
 
+    def prepare(self, queries: Sequence[str], progress: bool = True) -> dict[str, Any]:
+        """Write and draw every query's tests into the cache ahead of training, so that training
+        never loads the test writer or the image generator (both load on their first cache miss).
+        A writer that reads programs cannot write ahead: its tests depend on what is sampled."""
+        if getattr(self.writer, "sees_program", False):
+            raise ValueError("unit_tests: this writer reads the program, so its tests cannot be written ahead")
+        tests = self.tests(list(dict.fromkeys(queries)))
+        captions = [t.caption for ts in tests for t in ts]
+        images = self.cache.images_for(self.generator, captions, self.config.seed, progress=progress)
+        drawn = sum(path is not None for path in images.values())
+        return {"queries": len(tests), "tests": len(captions), "images": drawn, **self.cache.stats.to_json()}
+
     def evaluate(self, queries: Sequence[str], programs: Sequence[str], progress: bool = False) -> list[ProgramReport]:
         if len(queries) != len(programs):
             raise ValueError(f"got {len(queries)} queries for {len(programs)} programs")

@@ -246,7 +246,7 @@ def _check_keywords(fn: Callable, given: dict[str, Any], key: str, skip: tuple[s
 
 
 def check_tools(cfg: EvalConfig, modes: list[ModeConfig]) -> None:
-    from executor.tools.stack import backend_class, read_tool_stack
+    from executor.tools.stack import backend_class, read_tool_stack, stack_settings
 
     if not Path(cfg.tools).is_file():
         raise ValueError(f"tools: tool stack {cfg.tools!r} does not exist (stacks live in configs/tools/*.yaml)")
@@ -257,7 +257,11 @@ def check_tools(cfg: EvalConfig, modes: list[ModeConfig]) -> None:
             raise ValueError(
                 'mode self_tuning needs `self_tuning`: JSON tool-stack overrides, e.g. {"min_visible": 0.3}'
             )
-        _check_keywords(cls.__init__, _json_setting(cfg.self_tuning, "self_tuning"), "self_tuning")
+        overrides = _json_setting(cfg.self_tuning, "self_tuning")
+        try:
+            cls.check_settings(**stack_settings(stack, overrides))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"self_tuning: {exc}") from None
     if any(m.name in TEST_MODES for m in modes):
         from rewards.unit_tests.reward import unit_tests_reward
 

@@ -34,6 +34,10 @@ class HFBackend(ToolBackend):
         self.defaults, self.tools = parse_config(config)
         self.models = ModelCache()
 
+    @classmethod
+    def check_settings(cls, **settings: Any) -> None:
+        parse_config(settings)
+
     def supports(self, tool: str) -> bool:
         return tool in TOOLS and tool in self.tools
 

@@ -1,7 +1,7 @@
 """Executor benchmark: sandbox vs in-process, the tool cache on a GRPO-like workload, and batched
 vs one-at-a-time calls to a tiny neural tool. Prints figures; asserts nothing.
 
-    python bench/executor.py [--programs 1500] [--questions 40] [--slots 2]
+    python bench/executor_overhead.py [--programs 1500] [--questions 40] [--slots 2]
 
 Targets (2 slots, 2 cores, every isolation layer on): >= 3,000 trivial programs/min, median sandbox
 overhead <= 5 ms per program, >= half of the tool calls served from cache in the GRPO-like run.

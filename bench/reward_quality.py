@@ -1,6 +1,6 @@
 """How well do the label-free rewards tell gold programs from wrong ones? Prints figures; asserts nothing.
 
-    python bench/rewards.py [--pairs 240] [--world DIR] [--val 40] [--backends oracle,shapes]
+    python bench/reward_quality.py [--pairs 240] [--world DIR] [--val 40] [--backends oracle,shapes]
                             [--rewards unit_tests,verifier,correctness] [--seed 0] [--slots 2]
 
 On a generated shapes world (built in a temporary folder unless `--world` names one):
