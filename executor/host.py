@@ -67,7 +67,7 @@ class ToolHost:
         self._inflight: dict[str, asyncio.Future] = {}
         self._queues: dict[str, list[tuple[ToolCall, asyncio.Future]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tool-backend")
+        self._pool = ThreadPoolExecutor(backend.max_concurrent_batches, thread_name_prefix="tool-backend")
         self._io_pool = ThreadPoolExecutor(1, thread_name_prefix="tool-host-io")  # image reads
         self._latency: deque[float] = deque(maxlen=20_000)
         self._counts = {

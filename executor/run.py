@@ -19,12 +19,13 @@ from typing import Any
 import yaml
 
 from data.records import Example, read_examples, read_jsonl, write_jsonl
+from executor.backends import open_backend
 from executor.host import ToolHost
 from executor.runner import SANDBOX_MODES, BatchRunner, RunnerConfig
 from executor.sandbox.connection import SandboxUnavailable
 from executor.tools.base import ToolBackend
 from executor.tools.images import ImageStore
-from executor.tools.stack import build_backend, read_tool_stack
+from executor.tools.stack import read_tool_stack
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,6 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sandbox", choices=SANDBOX_MODES, default="full", help="'none' = no isolation, debug only")
     p.add_argument("--max-rpcs", type=int, default=200, help="tool calls allowed per program")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a tool-stack setting")
+    p.add_argument(
+        "--tool-service",
+        default=None,
+        metavar="ADDRESS",
+        help="Ray address of the stack deployed with `python -m executor.serve` (default: tools in-process)",
+    )
     return p.parse_args(argv)
 
 
@@ -70,17 +77,21 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def make_backend(tools: str, overrides: dict[str, Any], images: ImageStore) -> ToolBackend:
+def make_backend(tools: str, overrides: dict[str, Any], images: ImageStore, service: str | None = None) -> ToolBackend:
     config = read_tool_stack(tools)
-    if config["backend"] == "oracle" and not (overrides.get("scene_graphs") or config.get("scene_graphs")):
+    if (
+        service is None
+        and config["backend"] == "oracle"
+        and not (overrides.get("scene_graphs") or config.get("scene_graphs"))
+    ):
         raise ValueError(f"{tools}: the oracle backend needs `scene_graphs:` (or --set scene_graphs=PATH)")
-    return build_backend(config, images, **overrides)
+    return open_backend(config, images, service, **overrides)
 
 
 async def run(args: argparse.Namespace) -> Counter:
     examples = {ex.id: ex for ex in read_examples(args.examples)}
     programs = read_programs(args.programs, examples)
-    host = ToolHost(make_backend(args.tools, parse_overrides(args.set), ImageStore()))
+    host = ToolHost(make_backend(args.tools, parse_overrides(args.set), ImageStore(), args.tool_service))
     config = RunnerConfig(
         timeout_s=args.timeout,
         sandbox=args.sandbox,

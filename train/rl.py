@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
+from executor.backends import open_backend
 from executor.host import ToolHost
 from executor.runner import SyncRunner
-from executor.tools.stack import build_backend
 from rewards.compose import RewardComposer
 from train.prompts import prompt_hash
 from train.recipe.checks import Checked, validate
@@ -64,7 +64,7 @@ def wandb_credentials() -> bool:
 @contextmanager
 def executor(checked: Checked):
     """The tool backend, tool host and sandboxed runner, for the whole run."""
-    backend = build_backend(checked.tool_stack, **checked.tool_overrides)
+    backend = open_backend(checked.tool_stack, service=checked.tool_service, **checked.tool_overrides)
     host = ToolHost(backend)
     runner = SyncRunner(host, checked.runner)
     try:

@@ -23,6 +23,9 @@ class ToolBackend:
     """
 
     name: ClassVar[str] = ""
+    # How many batches the tool host may have in flight at once: one for a backend that owns its
+    # models (a second would only contend for the same device), more for one that forwards calls.
+    max_concurrent_batches: ClassVar[int] = 1
 
     def __init__(self, images: ImageStore, **config: Any) -> None:
         self.images = images
@@ -40,6 +43,11 @@ class ToolBackend:
         unknown = sorted(set(settings) - set(valid))
         if unknown:
             raise ValueError(f"the {cls.name!r} backend: unknown setting(s) {unknown}; valid: {valid}")
+
+    @classmethod
+    def configured_tools(cls, **settings: Any) -> list[str]:
+        """The tools a stack with these settings answers (all the backend implements, by default)."""
+        return [tool for tool in TOOLS if callable(getattr(cls, tool, None))]
 
     def config_hash(self) -> str:
         """Identifies the backend and its settings in cache keys; any change invalidates the cache."""

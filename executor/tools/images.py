@@ -130,6 +130,12 @@ class ImageStore:
     def __contains__(self, ref: str) -> bool:
         return ref in self._by_ref
 
+    def forget(self, ref: str) -> None:
+        """Drop an image whatever registered it (a cache of images someone else holds, like a
+        served tool's, bounds its memory this way)."""
+        self._pins.pop(ref, None)
+        self._evict(ref)
+
     def __len__(self) -> int:
         return len(self._by_ref)
 

@@ -55,8 +55,8 @@ def read_tool_stack(path: str | Path) -> dict[str, Any]:
 def stack_settings(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """A stack's backend settings with `overrides` applied: a mapping (one tool's section) is merged
     into the stack's, so `{"detect": {"box_threshold": 0.1}}` changes the threshold and keeps the model;
-    anything else replaces the stack's value."""
-    settings = {k: v for k, v in config.items() if k not in ("backend", "_source")}
+    anything else replaces the stack's value. The `serve:` section is the service's, not the backend's."""
+    settings = {k: v for k, v in config.items() if k not in ("backend", "_source", "serve")}
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(settings.get(key), dict):
             settings[key] = {**settings[key], **value}
@@ -78,7 +78,7 @@ def build_backend(
             settings[key] = _resolve(settings[key], base)
     cls = backend_class(config["backend"])
     try:
-        return cls(images or ImageStore(), **settings)
+        return cls(images if images is not None else ImageStore(), **settings)
     except TypeError as exc:
         where = config.get("_source", "tool stack")
         raise ValueError(f"{where}: bad settings for the {config['backend']!r} backend: {exc}") from None

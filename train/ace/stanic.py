@@ -127,11 +127,12 @@ class StanicArgs:
 
 
 def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
+    from executor.backends import open_backend
     from executor.host import ToolHost
     from executor.runner import RunnerConfig, SyncRunner
-    from executor.tools.stack import build_backend, read_tool_stack
     from rewards.compose import RewardComposer, RewardConfig
     from train.policy.loading import check_policy, policy_name
+    from train.recipe.checks import tool_stack
     from train.recipe.data import load_examples, prompt_configs
     from train.recipe.parsing import parse_config
     from train.recipe.rl_config import DataArgs, ExecutorArgs, PolicyArgs, PromptArgs
@@ -142,13 +143,7 @@ def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
     check_policy(policy_args)
     examples = pick_examples(load_examples(data), args.ids, args.n, args.seed)
     templates = {task: PromptTemplate.from_config(c) for task, c in prompt_configs(prompt, examples).items()}
-    stack = read_tool_stack(executor.tool_stack)
-    overrides = dict(executor.tool_overrides or {})
-    if stack["backend"] == "oracle" and data.dataset == "shapes" and not (stack.get("scene_graphs") or overrides):
-        from data.shapes.tasks import scene_graph_files
-
-        overrides["scene_graphs"] = [str(p) for p in scene_graph_files(data.dataset_root)]
-    generator = stanic_generator(policy_args, args.batch_size)
+    stack, overrides = tool_stack(executor, data)
     runner_cfg = RunnerConfig(
         slots=executor.executor_slots or 2, timeout_s=executor.executor_timeout_s, sandbox=executor.executor_sandbox
     )
@@ -158,8 +153,12 @@ def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
     sampling = policy_sampling(
         temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
     )
-    tool_stack = {"file": executor.tool_stack, "config": {k: v for k, v in stack.items() if k != "_source"}}
-    with SyncRunner(ToolHost(build_backend(stack, **overrides)), runner_cfg) as runner:
+    tool_record = {"file": executor.tool_stack, "config": {k: v for k, v in stack.items() if k != "_source"}}
+    backend = open_backend(stack, service=executor.tool_service, **overrides)
+    # The executor starts before the policy is loaded (its sandboxes fork from a process that holds no
+    # model, token or CUDA state).
+    with SyncRunner(ToolHost(backend), runner_cfg) as runner:
+        generator = stanic_generator(policy_args, args.batch_size)
         scorer = ProgramScorer(runner, RewardComposer(RewardConfig.from_json({"rewards": args.rewards})))
         report = stanic_aces(
             examples,
@@ -172,7 +171,7 @@ def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
             args.retry,
             args.min_score,
             policy_name(policy_args),
-            tool_stack,
+            tool_record,
             log,
         )
     return report, args.out

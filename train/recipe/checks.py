@@ -19,6 +19,7 @@ from train.prompts import PromptConfig
 from train.recipe.data import load_examples, prompt_configs
 from train.recipe.parsing import ConfigError
 from train.recipe.rl_config import RLConfig
+from train.recipe.sections import DataArgs, ExecutorArgs
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Checked:
     tool_overrides: dict[str, Any]
     rewards: RewardConfig
     runner: RunnerConfig
+    tool_service: str | None = None
 
 
 def validate(cfg: RLConfig) -> Checked:
@@ -38,16 +40,7 @@ def validate(cfg: RLConfig) -> Checked:
     check_policy(cfg.policy)
     examples = load_examples(cfg.data)
     prompts = prompt_configs(cfg.prompt, examples)
-    try:
-        stack = read_tool_stack(cfg.executor.tool_stack)
-        backend_class(stack["backend"])
-    except (FileNotFoundError, ValueError) as exc:
-        raise ConfigError(f"tool_stack: {exc}") from None
-    overrides = dict(cfg.executor.tool_overrides)
-    if stack["backend"] == "oracle" and cfg.data.dataset == "shapes" and not (stack.get("scene_graphs") or overrides):
-        from data.shapes.tasks import scene_graph_files
-
-        overrides["scene_graphs"] = [str(p) for p in scene_graph_files(cfg.data.dataset_root)]
+    stack, overrides = tool_stack(cfg.executor, cfg.data)
     rewards = reward_config(cfg)
     try:
         runner = RunnerConfig(
@@ -59,7 +52,28 @@ def validate(cfg: RLConfig) -> Checked:
     except ValueError as exc:
         raise ConfigError(f"executor: {exc}") from None
     check_algorithm(cfg)
-    return Checked(examples, prompts, stack, overrides, rewards, runner)
+    return Checked(examples, prompts, stack, overrides, rewards, runner, cfg.executor.tool_service)
+
+
+def tool_stack(executor: ExecutorArgs, data: DataArgs) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recipe's tool stack and the settings it runs with: the recipe's overrides, and on the
+    shapes world the oracle's scene graphs (the world's own, unless the stack names some). With a
+    `tool_service` the stack is the one deployed there, as it was deployed."""
+    try:
+        stack = read_tool_stack(executor.tool_stack)
+        backend_class(stack["backend"])
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"tool_stack: {exc}") from None
+    overrides = dict(executor.tool_overrides or {})
+    if executor.tool_service is not None:
+        if overrides:
+            raise ConfigError("tool_overrides: a deployed tool service runs the stack it was deployed with")
+        return stack, overrides
+    if stack["backend"] == "oracle" and data.dataset == "shapes" and not (stack.get("scene_graphs") or overrides):
+        from data.shapes.tasks import scene_graph_files
+
+        overrides["scene_graphs"] = [str(p) for p in scene_graph_files(data.dataset_root)]
+    return stack, overrides
 
 
 def reward_config(cfg: RLConfig) -> RewardConfig:

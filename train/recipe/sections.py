@@ -78,6 +78,10 @@ class ExecutorArgs:
     executor_timeout_s: float = 5.0
     executor_sandbox: str = field(default="full", metadata={"help": "full | none (debugging only)"})
     executor_max_rpcs: int = 200
+    tool_service: str | None = field(
+        default=None,
+        metadata={"help": "Ray address of the stack deployed by `python -m executor.serve` (auto: this node)"},
+    )
 
 
 @dataclass

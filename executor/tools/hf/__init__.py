@@ -38,6 +38,10 @@ class HFBackend(ToolBackend):
     def check_settings(cls, **settings: Any) -> None:
         parse_config(settings)
 
+    @classmethod
+    def configured_tools(cls, **settings: Any) -> list[str]:
+        return [tool for tool in TOOLS if tool in parse_config(settings)[1]]
+
     def supports(self, tool: str) -> bool:
         return tool in TOOLS and tool in self.tools
 

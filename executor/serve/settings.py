@@ -1,0 +1,115 @@
+"""The `serve:` section of a tool stack: where each tool's deployment runs and how it batches.
+
+    serve:
+      app_prefix: vprl-             # each tool is the Serve application <app_prefix><tool>
+      tools: [detect, vqa]          # default: every tool the stack configures
+      default: {num_replicas: 1, num_gpus: 0}
+      detect: {num_gpus: 0.25}
+      vqa: {num_gpus: 0.5, autoscaling: {min_replicas: 1, max_replicas: 4}}
+
+Per tool: `num_replicas` or `autoscaling` (Ray Serve's `autoscaling_config`), `num_gpus` and
+`num_cpus` per replica (fractions allowed), `max_batch_size` and `batch_wait_timeout_s` of
+`@serve.batch` (default: the tool's `max_batch_size` in the stack, else 8, and 10 ms), and
+`max_ongoing_requests`, at least the batch size: Serve's default of 5 would cap every batch at 5.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor.tools.calls import TOOLS
+
+DEFAULT_PREFIX = "vprl-"
+
+
+@dataclass(frozen=True)
+class ToolPlacement:
+    num_replicas: int = 1
+    autoscaling: dict[str, Any] | None = None
+    num_gpus: float = 0.0
+    num_cpus: float = 0.0
+    max_batch_size: int = 8
+    batch_wait_timeout_s: float = 0.01
+    max_ongoing_requests: int | None = None  # None: four batches' worth
+    cache_size: int = 200_000
+
+    def __post_init__(self) -> None:
+        if self.num_replicas < 1 or self.max_batch_size < 1:
+            raise ValueError("num_replicas and max_batch_size must be >= 1")
+        if self.num_gpus < 0 or self.num_cpus < 0 or self.batch_wait_timeout_s < 0:
+            raise ValueError("num_gpus, num_cpus and batch_wait_timeout_s must be >= 0")
+        if self.max_ongoing_requests is not None and self.max_ongoing_requests < self.max_batch_size:
+            raise ValueError(
+                f"max_ongoing_requests ({self.max_ongoing_requests}) below max_batch_size ({self.max_batch_size}) "
+                "would cap every batch at it"
+            )
+
+    @property
+    def ongoing(self) -> int:
+        return self.max_ongoing_requests or 4 * self.max_batch_size
+
+    def deployment_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "max_ongoing_requests": self.ongoing,
+            "ray_actor_options": {"num_gpus": self.num_gpus, "num_cpus": self.num_cpus},
+        }
+        if self.autoscaling:
+            options["autoscaling_config"] = dict(self.autoscaling)
+        else:
+            options["num_replicas"] = self.num_replicas
+        return options
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    app_prefix: str = DEFAULT_PREFIX
+    placements: dict[str, ToolPlacement] = field(default_factory=dict)
+
+    def app(self, tool: str) -> str:
+        return self.app_prefix + tool
+
+    @property
+    def tools(self) -> list[str]:
+        return list(self.placements)
+
+
+_PLACEMENT_KEYS = [f.name for f in dataclasses.fields(ToolPlacement)]
+
+
+def parse_serve(stack: dict[str, Any], tools: list[str]) -> ServeSettings:
+    """The stack's `serve:` section for `tools` (the tools its backend configures); a bad key or value
+    is a ValueError naming it."""
+    where = f"{stack.get('_source', 'tool stack')}: serve"
+    section = stack.get("serve") or {}
+    if not isinstance(section, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(section).__name__}")
+    known = {"app_prefix", "tools", "default", *TOOLS}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
+    chosen = list(section.get("tools") or tools)
+    missing = sorted(set(chosen) - set(tools))
+    if missing:
+        raise ValueError(f"{where}.tools: {missing} are not tools this stack configures ({', '.join(tools)})")
+    default = section.get("default") or {}
+    placements = {}
+    for tool in chosen:
+        values = {**_batch_default(stack, tool), **default, **(section.get(tool) or {})}
+        bad = sorted(set(values) - set(_PLACEMENT_KEYS))
+        if bad:
+            raise ValueError(f"{where}.{tool}: unknown key(s) {bad}; valid keys: {_PLACEMENT_KEYS}")
+        try:
+            placements[tool] = ToolPlacement(**values)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}.{tool}: {exc}") from None
+    return ServeSettings(str(section.get("app_prefix", DEFAULT_PREFIX)), placements)
+
+
+def _batch_default(stack: dict[str, Any], tool: str) -> dict[str, Any]:
+    """The batch size the stack gives the tool in-process (`hf` sections carry `max_batch_size`)."""
+    block = stack.get(tool)
+    if isinstance(block, dict) and isinstance(block.get("max_batch_size"), int):
+        return {"max_batch_size": block["max_batch_size"]}
+    return {}
