@@ -49,7 +49,7 @@ class ToolReplica:
     @serve.batch
     async def batched_call(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         answers: list[dict[str, Any] | None] = [None] * len(requests)
-        todo: list[tuple[int, ToolCall, str]] = []
+        todo: dict[str, tuple[ToolCall, list[int]]] = {}  # identical calls of one batch run once
         for i, request in enumerate(requests):
             call = ToolCall.from_json(request["call"])
             if call.image is not None and not self._know(request):
@@ -60,13 +60,18 @@ class ToolReplica:
                 self.cache.move_to_end(key)
                 self.counts["cache_hits"] += 1
                 answers[i] = {"result": self.cache[key]}
+            elif key in todo:
+                self.counts["merged"] += 1
+                todo[key][1].append(i)
             else:
-                todo.append((i, call, key))
+                todo[key] = (call, [i])
         self.counts["calls"] += len(requests)
         self.batches.append({"size": len(requests), "clients": len({r.get("client") for r in requests})})
         if todo:
-            for (i, _, key), answer in zip(todo, await self._run([c for _, c, _ in todo]), strict=True):
-                answers[i] = answer
+            ran = await self._run([call for call, _ in todo.values()])
+            for (key, (_, indices)), answer in zip(todo.items(), ran, strict=True):
+                for i in indices:
+                    answers[i] = answer
                 if "result" in answer:
                     self.cache[key] = answer["result"]
             while len(self.cache) > self.cache_size:
@@ -113,7 +118,7 @@ class ToolReplica:
     def stats(self) -> dict[str, Any]:
         sizes = [b["size"] for b in self.batches]
         return {
-            **{key: self.counts[key] for key in ("calls", "cache_hits", "backend_calls")},
+            **{key: self.counts[key] for key in ("calls", "cache_hits", "merged", "backend_calls")},
             "batches": len(sizes),
             "mean_batch": sum(sizes) / len(sizes) if sizes else 0.0,
             "mixed_batches": sum(b["clients"] > 1 for b in self.batches),
