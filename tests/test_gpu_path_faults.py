@@ -269,6 +269,7 @@ def test_recipes_state_beta_dropout_and_objective_and_share_beta_across_algorith
     optimises. Every shipped recipe now says so; beta and disable_dropout are the same for both."""
     import yaml
 
+    from rewards.registry import build_reward
     from train.recipe.rl_config import parse_rl_config
 
     grpo = parse_rl_config(["--output_dir", "x"]).training
@@ -283,6 +284,9 @@ def test_recipes_state_beta_dropout_and_objective_and_share_beta_across_algorith
         for reward in recipe.get("rewards", []):
             if isinstance(reward, dict) and reward.get("name") == "unit_tests" and "gqa" in path.name:
                 assert reward["settings"]["compile_penalty"] > 0 and reward["settings"]["runtime_penalty"] > 0
+            # every reward a recipe names can be built as written (models load lazily: nothing loads here)
+            name, settings = (reward, {}) if isinstance(reward, str) else (reward["name"], reward.get("settings", {}))
+            build_reward(name, {"runner": object(), "tool_host": object()}, **settings)
 
 
 def test_dropout_off_makes_the_old_and_new_passes_agree(tmp_path, fitted):

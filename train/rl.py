@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> Path:
     # write the run folder and truncate the logs as if it were the main one.
     state = cfg.training.distributed_state
     logger.info("process %d of %d", state.process_index, state.num_processes)
+    if state.is_main_process:
+        logger.info("%s", checked.layout.render())
     run_dir = Path(cfg.training.output_dir)
     flat = cfg.to_flat()
     try:

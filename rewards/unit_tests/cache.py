@@ -133,6 +133,16 @@ class UnitTestCache:
             self.stats.warnings["bad_test_cache_entry"] += 1
             return None
 
+    def cached_tests(self, writer: TestWriter, query: str) -> list[UnitTest] | None:
+        """A query's candidate tests if a cache entry holds them (read only: the writer is not called)."""
+        key = content_key("tests", writer.config_key, query, "")
+        return self._tests.get(key) or self._load_tests(key, writer.config_key, query, "")
+
+    def has_image(self, generator: ImageGenerator, description: str, seed: int) -> bool:
+        """Whether a description's image, or the record that it cannot be drawn, is cached."""
+        path = self.image_path(generator, description, seed)
+        return path.is_file() or path.with_suffix(".failed").is_file()
+
     # -- images ----------------------------------------------------------------------------------
     def image_path(self, generator: ImageGenerator, description: str, seed: int) -> Path:
         key = content_key("image", generator.config_key, description, str(seed))

@@ -139,6 +139,22 @@ class UnitTestReward:
         drawn = sum(path is not None for path in images.values())
         return {"queries": len(tests), "tests": len(captions), "images": drawn, **self.cache.stats.to_json()}
 
+    def missing(self, queries: Sequence[str]) -> int:
+        """Tests or images of these queries that would still have to be written or drawn (0: training
+        never loads the writer or the generator). A writer that reads programs always has some."""
+        if getattr(self.writer, "sees_program", False):
+            return len(queries)
+        absent = 0
+        for query in dict.fromkeys(queries):
+            candidates = self.cache.cached_tests(self.writer, query)
+            if candidates is None:
+                absent += 1
+                continue
+            absent += sum(
+                not self.cache.has_image(self.generator, t.caption, self.config.seed) for t in self._sample(candidates)
+            )
+        return absent
+
     def evaluate(self, queries: Sequence[str], programs: Sequence[str], progress: bool = False) -> list[ProgramReport]:
         if len(queries) != len(programs):
             raise ValueError(f"got {len(queries)} queries for {len(programs)} programs")

@@ -17,6 +17,7 @@ from rewards.registry import check_reward_name
 from train.policy.loading import check_policy
 from train.prompts import PromptConfig
 from train.recipe.data import load_examples, prompt_configs
+from train.recipe.layout import plan_layout, visible_gpus
 from train.recipe.parsing import ConfigError
 from train.recipe.rl_config import RLConfig
 from train.recipe.sections import DataArgs, ExecutorArgs
@@ -33,6 +34,7 @@ class Checked:
     rewards: RewardConfig
     runner: RunnerConfig
     tool_service: str | None = None
+    layout: Any = None  # train.recipe.layout.Layout
 
 
 def validate(cfg: RLConfig) -> Checked:
@@ -52,7 +54,9 @@ def validate(cfg: RLConfig) -> Checked:
     except ValueError as exc:
         raise ConfigError(f"executor: {exc}") from None
     check_algorithm(cfg)
-    return Checked(examples, prompts, stack, overrides, rewards, runner, cfg.executor.tool_service)
+    layout = plan_layout(cfg, stack, rewards, [ex.query for ex in examples], visible_gpus())
+    layout.check()
+    return Checked(examples, prompts, stack, overrides, rewards, runner, cfg.executor.tool_service, layout)
 
 
 def tool_stack(executor: ExecutorArgs, data: DataArgs) -> tuple[dict[str, Any], dict[str, Any]]:
