@@ -245,3 +245,49 @@ def test_vllm_real_engine_on_tiny_lm(random_lm):
     )
     assert writer.write([QUERY]) == [[]]
     assert writer.warnings["unparseable_reply"] == 2 and writer.replies_generated == 2
+
+
+def test_writer_on_a_served_model_sends_token_ids_and_groups_the_replies(tmp_path):
+    """backend: server — an OpenAI-compatible completions endpoint (`vllm serve`) shared by every
+    training process; prompts go as token ids with one BOS, replies come back per prompt."""
+    import http.server
+    import json as json_
+    import threading
+
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json_.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, body))
+            n = body["n"]
+            good = '1. Image Caption: "a red car parked on a street" Answer: yes'
+            choices = [
+                {"index": i * n + j, "text": good if i == 0 else "lorem ipsum"}
+                for i in range(len(body["prompt"]))
+                for j in range(n)
+            ]
+            data = json_.dumps({"choices": list(reversed(choices))}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        writer = build_writer("llm", model="served-llama", backend="server", base_url=url, num_candidates=2)
+        writer.backend._tokenizer = FakeTokenizer("llama-style")
+        tests = writer.write([QUERY, "What color is the sky?"])
+    finally:
+        server.shutdown()
+    assert tests == [[UnitTest("a red car parked on a street", "yes")], []]
+    ((path, body),) = seen
+    assert path == "/v1/completions" and body["model"] == "served-llama" and body["n"] == 2
+    assert all(ids.count(FakeTokenizer.bos_token_id) == 1 for ids in body["prompt"])
+    with pytest.raises(ValueError, match="backend server needs base_url"):
+        build_writer("llm", model="served-llama", backend="server")

@@ -107,7 +107,9 @@ def test_the_executor_answers_the_same_with_a_tiny_hf_stack_served(tmp_path, wor
                 # one call at a time on both sides: a random-weight model's answers may depend on padding
                 "detect": {"model": tiny_models.build("grounding_dino", tmp_path / "m"), "max_batch_size": 1},
                 "vqa": {"model": tiny_models.build("blip2_t5", tmp_path / "m"), "max_batch_size": 1},
-                "serve": {"app_prefix": "test-hf-"},
+                "caption": {"model": tiny_models.build("blip2_t5", tmp_path / "m"), "max_batch_size": 1},
+                # vqa and caption share a model, so they share a deployment (one copy of BLIP-2)
+                "serve": {"app_prefix": "test-hf-", "groups": {"blip2": ["vqa", "caption"]}},
             }
         )
     )
@@ -120,6 +122,7 @@ def test_the_executor_answers_the_same_with_a_tiny_hf_stack_served(tmp_path, wor
         undeploy(settings)
     assert [(r["status"], r["answer"]) for r in served] == [(r["status"], r["answer"]) for r in local]
     assert any(r["status"] == "ok" for r in served)
+    assert settings.members == {"blip2": ["vqa", "caption"], "detect": ["detect"]}
 
 
 def _replica(app: str):
@@ -174,7 +177,8 @@ def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, clu
     address, stack, settings = cluster
     world = build_world(tmp_path / "world")
     policy = build_policy(tmp_path / "policy", world)
-    before = {tool: serve.get_app_handle(settings.app(tool)).stats.remote().result() for tool in settings.tools}
+    names = list(settings.placements)
+    before = {name: serve.get_app_handle(settings.app(name)).stats.remote().result() for name in names}
     recipe = write_recipe(
         tmp_path / "recipe.yaml",
         model_name_or_path=str(policy),
@@ -192,9 +196,32 @@ def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, clu
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    after = {tool: serve.get_app_handle(settings.app(tool)).stats.remote().result() for tool in settings.tools}
-    calls = sum(after[t]["calls"] - before[t]["calls"] for t in settings.tools)
-    mixed = sum(after[t]["mixed_batches"] - before[t]["mixed_batches"] for t in settings.tools)
+    after = {name: serve.get_app_handle(settings.app(name)).stats.remote().result() for name in names}
+    calls = sum(after[n]["calls"] - before[n]["calls"] for n in names)
+    mixed = sum(after[n]["mixed_batches"] - before[n]["mixed_batches"] for n in names)
     assert calls > 0 and mixed > 0, after
     rows = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 16 and not any(r["status"] == "infra_error" for r in rows)
+
+
+def test_the_serve_section_is_checked_naming_the_bad_key():
+    from executor.serve.settings import parse_serve
+
+    stack = {"_source": "s.yaml", "detect": {"model": "m", "max_batch_size": 8}}
+    settings = parse_serve({**stack, "serve": {"groups": {"pair": ["detect", "vqa"]}}}, ["detect", "vqa", "itm"])
+    assert settings.members == {"pair": ["detect", "vqa"], "itm": ["itm"]} and settings.app_of("vqa") == "vprl-pair"
+    assert settings.placements["pair"].max_batch_size == 8  # the largest batch of its tools
+    assert settings.placements["pair"].deployment_options()["max_ongoing_requests"] >= 8
+    bad = [
+        ({"detect": {"num_gpu": 1}}, r"serve\.detect: unknown key\(s\) \['num_gpu'\]"),
+        (
+            {"detect": {"max_batch_size": 8, "max_ongoing_requests": 5}},
+            r"max_ongoing_requests \(5\) below max_batch_size",
+        ),
+        ({"tools": ["llm"]}, r"serve\.tools: \['llm'\] are not tools this stack configures"),
+        ({"groups": {"a": ["detect"], "b": ["detect"]}}, r"serve\.groups: \['detect'\] in two groups"),
+        ({"replicas": 2}, r"serve: unknown key\(s\) \['replicas'\]"),
+    ]
+    for section, message in bad:
+        with pytest.raises(ValueError, match=message):
+            parse_serve({**stack, "serve": section}, ["detect", "vqa", "itm"])

@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     address = connect(args.address)
-    for tool, placement in settings.placements.items():
-        print(f"{settings.app(tool)}: {placement}")
+    for name, placement in settings.placements.items():
+        print(f"{settings.app(name)} ({', '.join(settings.members[name])}): {placement}")
     print(f"tool service ready at {address} (clients: --tool-service {address})", flush=True)
     if args.address is None:  # the local cluster lives as long as this process
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

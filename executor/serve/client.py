@@ -58,14 +58,16 @@ class ServedBackend(ToolBackend):
             running = {name for name, app in serve.status().applications.items() if app.status == "RUNNING"}
         except Exception as exc:  # noqa: BLE001 — any failure to reach Serve means there is no service
             raise ServiceUnavailable(f"no tool service on the Ray cluster at {self.address}: {exc}") from None
-        missing = [tool for tool in self.settings.tools if self.settings.app(tool) not in running]
+        missing = [tool for tool in self.settings.tools if self.settings.app_of(tool) not in running]
         if missing:
             raise ServiceUnavailable(
                 f"the tool service at {self.address} does not deploy {', '.join(missing)} "
-                f"(applications {', '.join(self.settings.app(t) for t in missing)}); deploy the stack with "
-                "`python -m executor.serve --tools <stack> --address auto`"
+                f"(applications {', '.join(dict.fromkeys(self.settings.app_of(t) for t in missing))}); deploy the "
+                "stack with `python -m executor.serve --tools <stack> --address auto`"
             )
-        return {tool: serve.get_app_handle(self.settings.app(tool)) for tool in self.settings.tools}
+        apps = {name: serve.get_app_handle(self.settings.app(name)) for name in self.settings.placements}
+        self.deployments = apps
+        return {tool: apps[self.settings.deployment_of(tool)] for tool in self.settings.tools}
 
     def config_hash(self) -> str:
         return self._hash
@@ -124,8 +126,8 @@ class ServedBackend(ToolBackend):
         return [_unwrap(tool, answer) for answer in answers]
 
     def metrics(self) -> dict[str, Any]:
-        """What every replica of every tool reports (calls, cache hits, batches, mixed batches)."""
-        return {tool: handle.stats.remote().result(timeout_s=10) for tool, handle in self.handles.items()}
+        """What a replica of each deployment reports (calls, cache hits, batches, mixed batches)."""
+        return {name: handle.stats.remote().result(timeout_s=10) for name, handle in self.deployments.items()}
 
 
 def _unwrap(tool: str, answer: dict[str, Any] | None) -> Any:

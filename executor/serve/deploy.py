@@ -25,12 +25,12 @@ def served_settings(stack: dict[str, Any]) -> ServeSettings:
     return parse_serve(stack, cls.configured_tools(**settings))
 
 
-def tool_stack(stack: dict[str, Any], tool: str) -> dict[str, Any]:
-    """The stack one tool's replicas build: for the `hf` backend only that tool's section (so a replica
-    loads one model), for the others the stack as it is."""
+def tool_stack(stack: dict[str, Any], tools: list[str]) -> dict[str, Any]:
+    """The stack one deployment's replicas build: for the `hf` backend only its tools' sections (so a
+    replica loads only their models), for the others the stack as it is."""
     if stack["backend"] != "hf":
         return stack
-    return {k: v for k, v in stack.items() if k not in TOOLS or k == tool}
+    return {k: v for k, v in stack.items() if k not in TOOLS or k in tools}
 
 
 def connect(address: str | None) -> str:
@@ -73,21 +73,22 @@ def deploy(stack: str | Path | dict[str, Any], address: str | None = None) -> Se
     stack = stack if isinstance(stack, dict) else read_tool_stack(stack)
     settings = served_settings(stack)
     connect(address)
-    for tool, placement in settings.placements.items():
-        deployment = serve.deployment(ToolReplica).options(name=tool, **placement.deployment_options())
+    for name, placement in settings.placements.items():
+        tools = settings.members[name]
+        deployment = serve.deployment(ToolReplica).options(name=name, **placement.deployment_options())
         app = deployment.bind(
-            tool_stack(stack, tool),
-            tool,
+            tool_stack(stack, tools),
+            tools,
             placement.max_batch_size,
             placement.batch_wait_timeout_s,
             placement.cache_size,
         )
-        serve.run(app, name=settings.app(tool), route_prefix=None)
+        serve.run(app, name=settings.app(name), route_prefix=None)
     return settings
 
 
 def undeploy(settings: ServeSettings) -> None:
     from ray import serve
 
-    for tool in settings.tools:
-        serve.delete(settings.app(tool))
+    for name in settings.placements:
+        serve.delete(settings.app(name))

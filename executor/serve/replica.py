@@ -1,5 +1,5 @@
-"""One replica of a served tool: the stack's backend (built for this tool alone), the images it has
-been sent, and a result cache shared by every client that reaches it.
+"""One replica of a served deployment: the stack's backend (built for the deployment's tools alone),
+the images it has been sent, and a result cache shared by every client that reaches it.
 
 A request is one tool call: `{"call": ToolCall JSON, "image": {ref, width, height, path, image_id},
 "pixels": array or None, "client": str}`. Images cross the wire once per content hash: a replica
@@ -29,8 +29,8 @@ MAX_SENT_BYTES = 4 << 30  # pixels a replica keeps of the images clients sent it
 
 
 class ToolReplica:
-    def __init__(self, stack: dict[str, Any], tool: str, max_batch_size: int, wait_s: float, cache_size: int):
-        self.tool = tool
+    def __init__(self, stack: dict[str, Any], tools: list[str], max_batch_size: int, wait_s: float, cache_size: int):
+        self.tools = list(tools)
         self.images = ImageStore()
         self.backend = build_backend(stack, self.images)
         self.backend_hash = self.backend.config_hash()
@@ -67,15 +67,16 @@ class ToolReplica:
                 todo[key] = (call, [i])
         self.counts["calls"] += len(requests)
         self.batches.append({"size": len(requests), "clients": len({r.get("client") for r in requests})})
-        if todo:
-            ran = await self._run([call for call, _ in todo.values()])
-            for (key, (_, indices)), answer in zip(todo.items(), ran, strict=True):
-                for i in indices:
+        for tool in dict.fromkeys(call.tool for call, _ in todo.values()):
+            keys = [key for key, (call, _) in todo.items() if call.tool == tool]
+            ran = await self._run(tool, [todo[key][0] for key in keys])
+            for key, answer in zip(keys, ran, strict=True):
+                for i in todo[key][1]:
                     answers[i] = answer
                 if "result" in answer:
                     self.cache[key] = answer["result"]
-            while len(self.cache) > self.cache_size:
-                self.cache.popitem(last=False)
+        while len(self.cache) > self.cache_size:
+            self.cache.popitem(last=False)
         return answers
 
     def _know(self, request: dict[str, Any]) -> bool:
@@ -101,19 +102,21 @@ class ToolReplica:
                 self.sent_bytes -= size
         return True
 
-    async def _run(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
+    async def _run(self, tool: str, calls: list[ToolCall]) -> list[dict[str, Any]]:
         """The backend on the batch (in a thread: a model must not block the replica's loop); a bad
         call is answered alone so it does not fail its batch-mates, as in the tool host."""
         self.counts["backend_calls"] += len(calls)
         try:
-            results = await asyncio.to_thread(self.backend.run, self.tool, calls)
+            if tool not in self.tools:
+                raise ToolUnavailable(f"this deployment answers {', '.join(self.tools)}, not {tool}")
+            results = await asyncio.to_thread(self.backend.run, tool, calls)
             return [{"result": r} for r in results]
         except ToolUnavailable as exc:
             return [{"unavailable": str(exc)}] * len(calls)
         except ToolError as exc:
             if len(calls) == 1:
                 return [{"tool_error": str(exc)}]
-        return [(await self._run([call]))[0] for call in calls]
+        return [(await self._run(tool, [call]))[0] for call in calls]
 
     def stats(self) -> dict[str, Any]:
         sizes = [b["size"] for b in self.batches]

@@ -1,13 +1,15 @@
 """The `serve:` section of a tool stack: where each tool's deployment runs and how it batches.
 
     serve:
-      app_prefix: vprl-             # each tool is the Serve application <app_prefix><tool>
-      tools: [detect, vqa]          # default: every tool the stack configures
+      app_prefix: vprl-             # each deployment is the Serve application <app_prefix><name>
+      tools: [detect, vqa, caption] # default: every tool the stack configures
+      groups: {blip2: [vqa, caption]}   # tools that share one model share one deployment
       default: {num_replicas: 1, num_gpus: 0}
       detect: {num_gpus: 0.25}
-      vqa: {num_gpus: 0.5, autoscaling: {min_replicas: 1, max_replicas: 4}}
+      blip2: {num_gpus: 0.5, autoscaling: {min_replicas: 1, max_replicas: 4}}
 
-Per tool: `num_replicas` or `autoscaling` (Ray Serve's `autoscaling_config`), `num_gpus` and
+A tool in no group is a deployment of its own, named after it. Per deployment: `num_replicas` or
+`autoscaling` (Ray Serve's `autoscaling_config`), `num_gpus` and
 `num_cpus` per replica (fractions allowed), `max_batch_size` and `batch_wait_timeout_s` of
 `@serve.batch` (default: the tool's `max_batch_size` in the stack, else 8, and 10 ms), and
 `max_ongoing_requests`, at least the batch size: Serve's default of 5 would cap every batch at 5.
@@ -65,14 +67,21 @@ class ToolPlacement:
 @dataclass(frozen=True)
 class ServeSettings:
     app_prefix: str = DEFAULT_PREFIX
-    placements: dict[str, ToolPlacement] = field(default_factory=dict)
+    placements: dict[str, ToolPlacement] = field(default_factory=dict)  # deployment -> placement
+    members: dict[str, list[str]] = field(default_factory=dict)  # deployment -> the tools it answers
 
-    def app(self, tool: str) -> str:
-        return self.app_prefix + tool
+    def app(self, deployment: str) -> str:
+        return self.app_prefix + deployment
+
+    def app_of(self, tool: str) -> str:
+        return self.app(self.deployment_of(tool))
+
+    def deployment_of(self, tool: str) -> str:
+        return next(name for name, tools in self.members.items() if tool in tools)
 
     @property
     def tools(self) -> list[str]:
-        return list(self.placements)
+        return [tool for tools in self.members.values() for tool in tools]
 
 
 _PLACEMENT_KEYS = [f.name for f in dataclasses.fields(ToolPlacement)]
@@ -85,7 +94,10 @@ def parse_serve(stack: dict[str, Any], tools: list[str]) -> ServeSettings:
     section = stack.get("serve") or {}
     if not isinstance(section, dict):
         raise ValueError(f"{where}: expected a mapping, got {type(section).__name__}")
-    known = {"app_prefix", "tools", "default", *TOOLS}
+    groups = section.get("groups") or {}
+    if not isinstance(groups, dict) or not all(isinstance(v, list) for v in groups.values()):
+        raise ValueError(f"{where}.groups: expected a mapping of names to lists of tools")
+    known = {"app_prefix", "tools", "groups", "default", *TOOLS, *groups}
     unknown = sorted(set(section) - known)
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
@@ -93,18 +105,26 @@ def parse_serve(stack: dict[str, Any], tools: list[str]) -> ServeSettings:
     missing = sorted(set(chosen) - set(tools))
     if missing:
         raise ValueError(f"{where}.tools: {missing} are not tools this stack configures ({', '.join(tools)})")
+    grouped = [t for members in groups.values() for t in members]
+    strays = sorted(set(grouped) - set(chosen))
+    twice = sorted({t for t in grouped if grouped.count(t) > 1})
+    if strays or twice:
+        raise ValueError(f"{where}.groups: {strays or twice} {'not served' if strays else 'in two groups'}")
+    members = {name: list(group) for name, group in groups.items()}
+    members.update({tool: [tool] for tool in chosen if tool not in grouped})
     default = section.get("default") or {}
     placements = {}
-    for tool in chosen:
-        values = {**_batch_default(stack, tool), **default, **(section.get(tool) or {})}
+    for name, group in members.items():
+        batch = max((_batch_default(stack, tool) for tool in group), key=lambda d: d.get("max_batch_size", 0))
+        values = {**batch, **default, **(section.get(name) or {})}
         bad = sorted(set(values) - set(_PLACEMENT_KEYS))
         if bad:
-            raise ValueError(f"{where}.{tool}: unknown key(s) {bad}; valid keys: {_PLACEMENT_KEYS}")
+            raise ValueError(f"{where}.{name}: unknown key(s) {bad}; valid keys: {_PLACEMENT_KEYS}")
         try:
-            placements[tool] = ToolPlacement(**values)
+            placements[name] = ToolPlacement(**values)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{where}.{tool}: {exc}") from None
-    return ServeSettings(str(section.get("app_prefix", DEFAULT_PREFIX)), placements)
+            raise ValueError(f"{where}.{name}: {exc}") from None
+    return ServeSettings(str(section.get("app_prefix", DEFAULT_PREFIX)), placements, members)
 
 
 def _batch_default(stack: dict[str, Any], tool: str) -> dict[str, Any]:

@@ -14,6 +14,8 @@ models expect it) and sample from a seeded generator so a run is reproducible.
 from __future__ import annotations
 
 import contextlib
+import json
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Protocol
@@ -23,7 +25,7 @@ from tqdm.auto import tqdm
 from executor.tools.hf.loading import Placement, from_pretrained, input_device, resolve_device
 from executor.tools.hf.sampling import SamplingSettings, sampling_fields
 
-BACKENDS = ("transformers", "vllm")
+BACKENDS = ("transformers", "vllm", "server")
 
 
 def sampling_of(config: Any, stop: tuple[str, ...]) -> SamplingSettings:
@@ -37,13 +39,15 @@ class BackendSettings:
     """Where the text model runs. The writer's and the planner's configs extend this (flat YAML)."""
 
     model: str = ""  # checkpoint path or hub id
-    backend: str = "transformers"  # or "vllm" (GPU)
+    backend: str = "transformers"  # or "vllm" (GPU), or "server" (an OpenAI-compatible server: `vllm serve`)
     device: str = "auto"
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU (vLLM: its own "auto")
     quantization: str = "none"  # transformers only: none | 8bit | 4bit
     chat_template: bool = True
     batch_size: int = 4  # prompts per transformers `generate` call
     gpu_memory_utilization: float = 0.5  # vLLM only
+    base_url: str = ""  # server only: e.g. http://host:8000/v1
+    timeout_s: float = 300.0  # server only: one request
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -52,6 +56,10 @@ class BackendSettings:
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.backend == "server" and not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"backend server needs base_url, the server's http(s)://host:port/v1, got {self.base_url!r}"
+            )
 
     @classmethod
     def from_dict(cls, settings: dict[str, Any], where: str = "settings"):
@@ -215,7 +223,58 @@ class VllmBackend:
         return [[c.text for c in out.outputs] for out in outputs]
 
 
+class ServerBackend:
+    """A served model behind an OpenAI-compatible completions endpoint (`vllm serve <model>`, one per
+    cluster, shared by every training process). Prompts go as token ids encoded here, as the other
+    backends encode them, so the server adds no BOS of its own."""
+
+    def __init__(self, settings: BackendSettings, tokenizer: Any = None) -> None:
+        self.settings = settings
+        self._tokenizer = tokenizer
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.settings.model)
+        return self._tokenizer
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingSettings) -> list[list[str]]:
+        tok = self.tokenizer
+        templated = self.settings.chat_template and getattr(tok, "chat_template", None)
+        ids = [
+            list(tok(as_user_turn(tok, p, self.settings.chat_template), add_special_tokens=not templated)["input_ids"])
+            for p in prompts
+        ]
+        n = 1 if sampling.greedy else sampling.n
+        body = {
+            "model": self.settings.model,
+            "prompt": ids,
+            "n": n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_new_tokens,
+            "stop": list(sampling.stop) or None,
+            **({"seed": sampling.seed} if sampling.seed is not None else {}),
+            **({"top_k": sampling.top_k} if sampling.top_k else {}),
+        }
+        url = self.settings.base_url.rstrip("/") + "/completions"
+        request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.settings.timeout_s) as response:
+                choices = json.loads(response.read())["choices"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise RuntimeError(f"text server {url}: {type(exc).__name__}: {exc}") from None
+        replies: list[list[str]] = [[] for _ in prompts]
+        for choice in sorted(choices, key=lambda c: c["index"]):
+            replies[choice["index"] // n].append(choice["text"])
+        return replies
+
+
 def build_text_backend(settings: BackendSettings, engine: Any = None) -> TextBackend:
+    if settings.backend == "server":
+        return ServerBackend(settings)
     if settings.backend == "vllm":
         return VllmBackend(settings, engine=engine)
     if engine is not None:

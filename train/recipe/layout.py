@@ -181,7 +181,10 @@ def unit_test_components(settings: dict[str, Any], gpu_gib: float, prepared: boo
     where = "not loaded" if prepared else "each training GPU"
     note = "its cache holds every test" if prepared else "move: python -m train.prepare_unit_tests --config <recipe>"
     if settings.get("writer") == "llm" and writer.get("model"):
-        out.append(Component("unit-test writer", where, 0.0 if prepared else _llm_gib(writer, gpu_gib), note))
+        if writer.get("backend") == "server":
+            out.append(Component("unit-test writer", "its own server", 0.0, writer.get("base_url", "")))
+        else:
+            out.append(Component("unit-test writer", where, 0.0 if prepared else _llm_gib(writer, gpu_gib), note))
     if str(settings.get("generator", "")).startswith("diffusers") and generator.get("model"):
         gib = model_size(generator["model"]).params * 2 / GIB
         out.append(Component("unit-test image generator", where, gib if not prepared else 0.0, note))
