@@ -20,6 +20,7 @@ CONFIGS = sorted((REPO / "configs/accelerate").glob("*.yaml"))
 EXPECTED = {
     "single_gpu": DistributedType.NO,
     "ddp": DistributedType.MULTI_GPU,
+    "multi_node": DistributedType.MULTI_GPU,
     "fsdp": DistributedType.FSDP,
     "deepspeed_zero2": DistributedType.DEEPSPEED,
     "deepspeed_zero3": DistributedType.DEEPSPEED,

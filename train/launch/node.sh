@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# One node: the tool service (Ray Serve), trl's vLLM server and the training processes, each on the
+# GPUs given, started in that order, each waited for until it answers; everything started here is
+# torn down when the training ends, fails or is interrupted.
+#
+#   TRAIN_GPUS=0,1,2,3,4,5 VLLM_GPUS=6 TOOL_GPUS=7 train/launch/node.sh configs/X.yaml [--key value ...]
+#
+# TRAIN_GPUS  GPUs of the training processes (one process each); empty: one process on the CPU
+# VLLM_GPUS   GPUs of `trl vllm-serve` (data parallel over them); empty: the recipe's own vLLM setting
+# TOOL_GPUS   GPUs Ray gives the tool service; SERVE_TOOLS=1 serves the tools without a GPU (tests)
+# RAY_PORT, VLLM_PORT, MAIN_PORT   ports (6379, 8000, 29500)
+set -euo pipefail
+
+if [[ $# -lt 1 ]]; then
+    sed -n '2,14p' "$0" >&2
+    exit 2
+fi
+RECIPE=$1
+shift
+TRAIN_GPUS=${TRAIN_GPUS-}
+VLLM_GPUS=${VLLM_GPUS-}
+TOOL_GPUS=${TOOL_GPUS-}
+SERVE_TOOLS=${SERVE_TOOLS:-$([[ -n $TOOL_GPUS ]] && echo 1 || echo 0)}
+RAY_PORT=${RAY_PORT:-6379}
+VLLM_PORT=${VLLM_PORT:-8000}
+MAIN_PORT=${MAIN_PORT:-29500}
+PYTHON=${PYTHON:-python}
+count() {
+    if [[ -z $1 ]]; then echo 0; else awk -F, '{print NF}' <<<"$1"; fi
+}
+
+overrides=("$@")
+started_ray=0
+vllm_pid=""
+cleanup() {
+    local status=$?
+    trap - EXIT INT TERM
+    [[ -n $vllm_pid ]] && kill "$vllm_pid" 2>/dev/null && wait "$vllm_pid" 2>/dev/null
+    [[ $started_ray == 1 ]] && ray stop --force >/dev/null 2>&1
+    exit "$status"
+}
+trap cleanup EXIT INT TERM
+
+if [[ $SERVE_TOOLS == 1 ]]; then
+    overrides+=(--tool_service auto)
+fi
+if [[ -n $VLLM_GPUS ]]; then
+    overrides+=(--use_vllm true --vllm_mode server --vllm_server_host 127.0.0.1 --vllm_server_port "$VLLM_PORT")
+fi
+# The recipe as train/rl.py will read it: it fails here, before anything starts, when a key is wrong.
+tool_stack="" model_name_or_path=""
+eval "$($PYTHON -m train.recipe tool_stack model_name_or_path -- --config "$RECIPE" "${overrides[@]}")"
+
+if [[ $SERVE_TOOLS == 1 ]]; then
+    echo "launch: tool service on GPUs '${TOOL_GPUS}' (Ray on port $RAY_PORT)" >&2
+    CUDA_VISIBLE_DEVICES=$TOOL_GPUS ray start --head --port "$RAY_PORT" --num-gpus "$(count "$TOOL_GPUS")" \
+        --include-dashboard false --disable-usage-stats >/dev/null
+    started_ray=1
+    $PYTHON -m executor.serve --tools "$tool_stack" --address auto  # returns once every deployment is ready
+fi
+
+if [[ -n $VLLM_GPUS ]]; then
+    echo "launch: trl vllm-serve on GPUs $VLLM_GPUS (port $VLLM_PORT)" >&2
+    CUDA_VISIBLE_DEVICES=$VLLM_GPUS trl vllm-serve --model "$model_name_or_path" --port "$VLLM_PORT" \
+        --data_parallel_size "$(count "$VLLM_GPUS")" &
+    vllm_pid=$!
+    for _ in $(seq 600); do
+        curl -sf "http://127.0.0.1:$VLLM_PORT/health/" >/dev/null && break
+        kill -0 "$vllm_pid" 2>/dev/null || { echo "launch: the vLLM server exited" >&2; exit 1; }
+        sleep 1
+    done
+    curl -sf "http://127.0.0.1:$VLLM_PORT/health/" >/dev/null || { echo "launch: no vLLM server after 600 s" >&2; exit 1; }
+fi
+
+if [[ -z $TRAIN_GPUS ]]; then
+    echo "launch: training on the CPU" >&2
+    $PYTHON train/rl.py --config "$RECIPE" "${overrides[@]}"
+else
+    n=$(count "$TRAIN_GPUS")
+    echo "launch: training on GPUs $TRAIN_GPUS ($n processes)" >&2
+    multi=()
+    [[ $n -gt 1 ]] && multi=(--multi_gpu)
+    CUDA_VISIBLE_DEVICES=$TRAIN_GPUS accelerate launch "${multi[@]}" --num_processes "$n" --num_machines 1 \
+        --main_process_port "$MAIN_PORT" train/rl.py --config "$RECIPE" "${overrides[@]}"
+fi
