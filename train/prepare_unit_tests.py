@@ -23,7 +23,7 @@ from train.recipe.rl_config import parse_rl_config
 def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     cfg = parse_rl_config(argv)
-    checked = validate(cfg)
+    checked = validate(cfg, check_layout=False)  # the RL run's layout is not this command's
     specs = [spec for spec in checked.rewards.rewards if spec.name == "unit_tests"]
     if not specs:
         raise ConfigError("rewards: the recipe has no unit_tests reward; there is nothing to prepare")
