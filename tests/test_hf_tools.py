@@ -162,10 +162,12 @@ def test_tool_stack_yamls_are_valid_hf_configs(name):
     import yaml
 
     from executor.tools.hf.settings import parse_config
+    from executor.tools.stack import stack_settings
 
     with open(f"{os.path.dirname(__file__)}/../configs/tools/{name}.yaml") as fh:
         config = yaml.safe_load(fh)
-    assert config.pop("backend") == "hf"
+    assert config["backend"] == "hf" and config["serve"]  # and how to serve it (executor/serve)
+    config = stack_settings(config, {})  # the backend's settings, as build_backend passes them
     backend = HFBackend(ImageStore(), **config)  # validates every key; loads nothing
     assert backend.models.loaded() == []
     _, tools = parse_config(config)
