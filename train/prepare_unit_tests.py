@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 from rewards.unit_tests.reward import unit_tests_reward
 from train.recipe.checks import validate
-from train.recipe.parsing import ConfigError
+from train.recipe.parsing import ConfigError, run_command
 from train.recipe.rl_config import parse_rl_config
 
 
@@ -44,8 +43,4 @@ class _NoRunner:
 _NO_RUNNER = _NoRunner()
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_command(main)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import netrc
 import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
@@ -28,7 +27,7 @@ from rewards.compose import RewardComposer
 from train.prompts import prompt_hash
 from train.recipe.checks import Checked, validate
 from train.recipe.data import build_prompts
-from train.recipe.parsing import ConfigError
+from train.recipe.parsing import ConfigError, run_command
 from train.recipe.rl_config import RLConfig, parse_rl_config
 from train.rollouts.log import RolloutLog
 from train.runs import folder as runs
@@ -122,8 +121,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_command(main)

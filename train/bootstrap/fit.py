@@ -79,16 +79,19 @@ class BootstrapConfig(TinyModelConfig):
     batch_size: int = 16
     learning_rate: float = 5e-3
     warmup_steps: float = 0.05
-    threads: int = 2
-    # evaluation (val: training families on new images; heldout: the held-out families)
+    # evaluation, with the tools named (oracle | shapes | a tool-stack YAML): greedy and sampled
+    # programs on `eval_val` questions of the training families on new images and `eval_heldout` of
+    # the held-out families
+    tools: str = "shapes"
     eval_val: int = 80
     eval_heldout: int = 50
     eval_samples: int = 8
     eval_temperature: float = 1.0
     eval_top_p: float = 1.0
     eval_max_new_tokens: int = 160  # the longest shapes-world program is about 90 tokens
-    tools: str = "shapes"  # oracle | shapes | a tool-stack YAML
+    # how it runs (not in the cache key)
     slots: int = 2
+    threads: int = 2
     sandbox: str = "full"
 
     def __post_init__(self) -> None:

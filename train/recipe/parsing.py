@@ -117,3 +117,13 @@ def structured(value: Any, key: str, kind: type | tuple[type, ...]) -> Any:
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise ConfigError(f"{key}: expected a {names}, got {type(value).__name__} {value!r:.80}")
     return value
+
+
+def run_command(main: Any) -> None:
+    """A command's `__main__`: a `ConfigError` (bad input, found before any work) ends it with its
+    message and exit status 2; anything else keeps its traceback."""
+    try:
+        main()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
