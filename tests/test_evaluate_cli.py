@@ -195,6 +195,13 @@ def test_shipped_configs_parse_and_validate(world, tiny, name):
     from train.recipe.parsing import parse_config
 
     argv = ["--config", str(REPO / "configs" / "eval" / name), "--policy", tiny[0], "--shapes_root", str(world)]
+    gqa = name.startswith("gqa_")  # the GPU configs: the fixture stands in for the official GQA download
+    if gqa:
+        argv += ["--data_roots", f"gqa={REPO / 'tests/fixtures/datasets/gqa'}", "--generator", "hf"]
     (cfg,) = parse_config([EvalConfig], [*argv, "--adapters", f"after_rl={tiny[1]}"])
     plan = validate(cfg)
-    assert [p.label for p in plan.policies][-1] == "after_rl" and plan.datasets[0] == "shapes:val"
+    assert [p.label for p in plan.policies][-1] == "after_rl" and plan.datasets[0] == ("gqa" if gqa else "shapes:val")
+    if gqa:
+        from train.evaluation.plan import load_examples
+
+        assert load_examples(cfg, "gqa")  # the papers' evaluation sample of the fixture's questions

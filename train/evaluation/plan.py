@@ -40,6 +40,9 @@ class EvalConfig:
     shapes_root: str = field(default="", metadata={"help": "shapes world folder (python -m data.shapes writes one)"})
     data_roots: str = field(default="", metadata={"help": "comma list name=root for real datasets"})
     splits: str = field(default="", metadata={"help": "comma list name=split overriding the default split"})
+    samples: str = field(
+        default="", metadata={"help": "comma list name=recipe: the papers' samples (gqa=gqa_eval, ...)"}
+    )
     limit: int = field(default=0, metadata={"help": "at most this many examples per dataset (0 = all)"})
     modes: str = field(default="single", metadata={"help": f"comma list of inference modes: {', '.join(MODES)}"})
     n_programs: int = field(default=8, metadata={"help": "programs sampled per question (majority, selection)"})
@@ -186,6 +189,14 @@ def load_examples(cfg: EvalConfig, name: str) -> list[Example]:
     else:
         split = _pairs(cfg.splits, "splits").get(name)
         examples = load_dataset(name, _pairs(cfg.data_roots, "data_roots")[name], split)
+        recipe = _pairs(cfg.samples, "samples").get(name)
+        if recipe:
+            from data.loaders import sampling
+            from train.recipe.data import SAMPLES
+
+            if recipe not in SAMPLES:
+                raise ValueError(f"samples: {name}={recipe}: the recipes are {', '.join(SAMPLES)}")
+            examples = getattr(sampling, SAMPLES[recipe])(examples).examples
     if not examples:
         raise ValueError(f"dataset {name!r} has no examples")
     return limit_examples(examples, cfg.limit)
@@ -289,6 +300,13 @@ def validate(cfg: EvalConfig) -> EvalPlan:
         raise ValueError("limit and threads must be >= 0, batch_size and max_new_tokens >= 1")
     policy_args(cfg)  # dtype, quantization, framing
     choose_generator(cfg)
+    from train.recipe.data import SAMPLES
+
+    for name, recipe in _pairs(cfg.samples, "samples").items():
+        if name not in datasets or recipe not in SAMPLES:
+            raise ValueError(
+                f"samples: {name}={recipe}: need a dataset of `datasets` and a recipe of {', '.join(SAMPLES)}"
+            )
     return EvalPlan(datasets, policies, modes, seeds)
 
 

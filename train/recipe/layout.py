@@ -214,6 +214,9 @@ def plan_layout(cfg: Any, stack: dict[str, Any], rewards: Any, queries: list[str
             )
         else:
             components.append(Component("policy vLLM (trl vllm-serve)", "its own GPUs", 0.0))
+    if cfg.algorithm == "rest" and cfg.rest.rest_generator == "vllm":
+        share = float((cfg.rest.rest_vllm_kwargs or {}).get("gpu_memory_utilization", 0.9))  # vLLM's default
+        components.append(Component("policy vLLM (ReST sampling)", "each training GPU", share * min(gpus)))
     components += tool_components(stack, cfg.executor.tool_service)
     for spec in rewards.rewards:
         if spec.name == "unit_tests":
