@@ -174,7 +174,13 @@ def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, clu
     batches mix calls of the two ranks."""
     from rl_tiny import build_policy, build_world, write_recipe
 
-    address, stack, settings = cluster
+    address = cluster[0]
+    # A stack of its own with a longer batch window: the two ranks reach execution at about the same
+    # time each step (they gather rewards together), but a loaded CPU can put them a few 100 ms apart.
+    stack = tmp_path / "ranks.yaml"
+    serve_section = {"app_prefix": "test-ranks-", "default": {"max_batch_size": 32, "batch_wait_timeout_s": 0.4}}
+    stack.write_text(yaml.safe_dump({"backend": "shapes", "serve": serve_section}))
+    settings = deploy(stack)
     world = build_world(tmp_path / "world")
     policy = build_policy(tmp_path / "policy", world)
     names = list(settings.placements)
@@ -186,7 +192,7 @@ def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, clu
         tool_stack=str(stack),
         tool_service=address,
         output_dir=str(tmp_path / "run"),
-        max_steps=2,
+        max_steps=3,
         per_device_train_batch_size=8,
         warmup_steps=0,
     )
@@ -194,14 +200,17 @@ def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, clu
     command += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     command += ["--main_process_port", str(29700 + os.getpid() % 200), "train/rl.py", "--config", str(recipe)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    after = {name: serve.get_app_handle(settings.app(name)).stats.remote().result() for name in names}
+    try:
+        proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        after = {name: serve.get_app_handle(settings.app(name)).stats.remote().result() for name in names}
+    finally:
+        undeploy(settings)
     calls = sum(after[n]["calls"] - before[n]["calls"] for n in names)
     mixed = sum(after[n]["mixed_batches"] - before[n]["mixed_batches"] for n in names)
     assert calls > 0 and mixed > 0, after
     rows = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 16 and not any(r["status"] == "infra_error" for r in rows)
+    assert len(rows) == 3 * 16 and not any(r["status"] == "infra_error" for r in rows)
 
 
 def test_the_serve_section_is_checked_naming_the_bad_key():
