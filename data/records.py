@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from data.typed import check_row
 
 TASKS = ("vqa", "itm", "grounding", "video_qa")
 
@@ -52,14 +54,11 @@ class Example:
 
     @classmethod
     def from_json(cls, row: dict[str, Any], where: str = "") -> Example:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(row) - names)
-        if unknown:
-            raise ValueError(f"{where or 'Example'}: unknown key(s) {unknown}; valid keys are {sorted(names)}")
-        missing = [n for n in ("id", "dataset", "task", "query", "image") if n not in row]
-        if missing:
-            raise ValueError(f"{where or 'Example'}: missing key(s) {missing}")
-        return cls(**row)
+        check_row(cls, row, where or "Example", required=("id", "dataset", "task", "query", "image"))
+        try:
+            return cls(**row)
+        except ValueError as exc:
+            raise ValueError(f"{where or 'Example'}: {exc}") from None
 
 
 def write_jsonl(path: str | Path, rows: Iterable[Any]) -> int:

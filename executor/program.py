@@ -16,6 +16,7 @@ import math
 import re
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,10 +69,26 @@ def extract_program(text: str) -> str:
     return "\n".join(lines[head:end]).strip("\n") + "\n"
 
 
+@contextlib.contextmanager
+def quiet_compiler():
+    """Without the `SyntaxWarning`s (`"is" with a literal`, a tuple called for a missing comma) that
+    the compiler prints for sampled code: thousands a run, on the console of whoever trains. The
+    program's outcome says what went wrong."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # invalid escape sequences before 3.12
+        yield
+
+
+def parse_program(source: str) -> ast.Module:
+    with quiet_compiler():
+        return ast.parse(source)
+
+
 def program_key(source: str) -> str:
     """Key for dedup and caching: the AST round-trip (formatting and comments ignored, names kept)."""
     try:
-        canonical = ast.unparse(ast.parse(source))
+        canonical = ast.unparse(parse_program(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         canonical = source.strip()
     return hashlib.sha1(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -153,7 +170,8 @@ def to_plain(value: Any) -> Any:
 def compile_program(source: str):
     if "\x00" in source:
         raise SyntaxError("source code contains a NUL byte")
-    return compile(source, PROGRAM_FILE, "exec", dont_inherit=True)
+    with quiet_compiler():
+        return compile(source, PROGRAM_FILE, "exec", dont_inherit=True)
 
 
 def call_arguments(fn, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from data.typed import check_row
 from executor.limits import MAX_TRACE
 
 STATUSES: tuple[str, ...] = (
@@ -38,7 +39,8 @@ class ToolCallRecord:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> ToolCallRecord:
+    def from_json(cls, row: dict[str, Any], where: str = "tool call") -> ToolCallRecord:
+        check_row(cls, row, where)
         return cls(**row)
 
 
@@ -76,7 +78,18 @@ class ExecutionResult:
         return out
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> ExecutionResult:
+    def from_json(cls, row: dict[str, Any], where: str = "ExecutionResult") -> ExecutionResult:
+        check_row(
+            cls,
+            {k: v for k, v in row.items() if k != "tool_calls"},
+            where,
+            required=("example_id", "program_key", "status"),
+        )
         row = dict(row)
-        row["tool_calls"] = tuple(ToolCallRecord.from_json(c) for c in row.get("tool_calls", ()))
+        calls = row.get("tool_calls", ())
+        if not isinstance(calls, list | tuple):
+            raise ValueError(f"{where}: tool_calls: expected a list, got {type(calls).__name__}")
+        row["tool_calls"] = tuple(
+            ToolCallRecord.from_json(c, f"{where}: tool_calls[{i}]") for i, c in enumerate(calls)
+        )
         return cls(**row)

@@ -14,22 +14,26 @@ import asyncio
 import json
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from data.cli import CommandParser, checked, fail
 from data.records import Example, read_examples, read_jsonl, write_jsonl
+from data.typed import check_row
 from executor.backends import open_backend
 from executor.host import ToolHost
 from executor.runner import SANDBOX_MODES, BatchRunner, RunnerConfig
 from executor.sandbox.connection import SandboxUnavailable
+from executor.serve.deploy import ServiceUnavailable
 from executor.tools.base import ToolBackend
 from executor.tools.images import ImageStore
 from executor.tools.stack import read_tool_stack
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m executor.run", description=__doc__.split("\n")[0])
+    p = CommandParser(prog="python -m executor.run", description=__doc__.split("\n")[0])
     p.add_argument("--examples", required=True, help="JSONL of data.records.Example rows")
     p.add_argument("--programs", required=True, help='JSONL of {"id", "example_id", "program"} rows')
     p.add_argument("--tools", required=True, help="tool stack YAML (configs/tools/*.yaml)")
@@ -48,16 +52,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+@dataclass(frozen=True)
+class ProgramRow:
+    """One row of a programs file: the program to run on an example, under an id of the caller's."""
+
+    id: str | int
+    example_id: str
+    program: str
+
+
 def read_programs(path: str, examples: dict[str, Example]) -> list[dict[str, Any]]:
     rows = []
     seen: set[str] = set()
     for lineno, row in read_jsonl(path):
         where = f"{path}:{lineno}"
-        missing = [k for k in ("id", "example_id", "program") if k not in row]
-        if missing:
-            raise ValueError(f"{where}: missing key(s) {missing}; program rows are {{id, example_id, program}}")
-        if not isinstance(row["program"], str):
-            raise ValueError(f"{where}: 'program' must be a string")
+        check_row(ProgramRow, row, where, required=("id", "example_id", "program"))
         if row["example_id"] not in examples:
             raise ValueError(f"{where}: example_id {row['example_id']!r} is not in the examples file")
         if str(row["id"]) in seen:
@@ -89,10 +98,13 @@ def make_backend(tools: str, overrides: dict[str, Any], images: ImageStore, serv
 
 
 async def run(args: argparse.Namespace) -> Counter:
-    examples = {ex.id: ex for ex in read_examples(args.examples)}
-    programs = read_programs(args.programs, examples)
-    host = ToolHost(make_backend(args.tools, parse_overrides(args.set), ImageStore(), args.tool_service))
-    config = RunnerConfig(
+    # Everything a user supplied is read first: a bad file, row or setting ends here, in one line.
+    examples = {ex.id: ex for ex in checked(read_examples, args.examples)}
+    programs = checked(read_programs, args.programs, examples)
+    backend = checked(make_backend, args.tools, checked(parse_overrides, args.set), ImageStore(), args.tool_service)
+    host = ToolHost(backend)
+    config = checked(
+        RunnerConfig,
         timeout_s=args.timeout,
         sandbox=args.sandbox,
         max_rpcs=args.max_rpcs,
@@ -132,9 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         asyncio.run(run(args))
-    except SandboxUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (SandboxUnavailable, ServiceUnavailable) as exc:
+        fail(str(exc))
     return 0
 
 

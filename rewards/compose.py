@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from data.records import Example
+from data.typed import check_row
 from executor.results import PROGRAM_FAILURES, ExecutionResult
 from rewards.protocol import RewardFn
 from rewards.registry import build_reward
@@ -42,12 +43,12 @@ class RewardSpec:
     settings: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, row: dict[str, Any] | str) -> RewardSpec:
+    def from_json(cls, row: dict[str, Any] | str, where: str = "reward") -> RewardSpec:
         if isinstance(row, str):
             return cls(row)
-        unknown = set(row) - {"name", "weight", "settings"}
-        if unknown:
-            raise ValueError(f"reward spec {row!r}: unknown key(s) {sorted(unknown)}; valid: name, weight, settings")
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a reward name or {{name, weight, settings}}, got {row!r:.60}")
+        check_row(cls, {k: v for k, v in row.items() if v is not None}, where, required=("name",))
         return cls(row["name"], float(row.get("weight", 1.0)), dict(row.get("settings") or {}))
 
 
@@ -69,9 +70,16 @@ class RewardConfig:
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> RewardConfig:
-        penalties = dict(DEFAULT_PENALTIES)
-        penalties.update({k: float(v) for k, v in (row.get("penalties") or {}).items()})
-        specs = tuple(RewardSpec.from_json(r) for r in row.get("rewards", ["correctness"]))
+        given = row.get("penalties") or {}
+        if not isinstance(given, dict) or any(
+            isinstance(v, bool) or not isinstance(v, int | float) for v in given.values()
+        ):
+            raise ValueError(f"penalties: expected a mapping of status to number, got {given!r:.80}")
+        penalties = {**DEFAULT_PENALTIES, **{k: float(v) for k, v in given.items()}}
+        rewards = row.get("rewards", ["correctness"])
+        if not isinstance(rewards, list | tuple):
+            raise ValueError(f"rewards: expected a list of rewards, got {rewards!r:.80}")
+        specs = tuple(RewardSpec.from_json(r, f"rewards[{i}]") for i, r in enumerate(rewards))
         return cls(specs, penalties)
 
 

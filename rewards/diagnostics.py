@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from executor.program import parse_program
+
 # Calls that do not add any composition on top of a single VQA query.
 _PASSIVE_CALLS = frozenset({"ImagePatch", "simple_query", "bool_to_yesno", "str", "lower", "strip"})
 
@@ -22,7 +24,7 @@ _PASSIVE_CALLS = frozenset({"ImagePatch", "simple_query", "bool_to_yesno", "str"
 def is_trivial(program: str) -> bool:
     """True if the program's only perception is `simple_query` (and it calls it at most once)."""
     try:
-        tree = ast.parse(program)
+        tree = parse_program(program)
     except (SyntaxError, ValueError, RecursionError):
         return False
     names = []

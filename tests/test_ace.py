@@ -130,11 +130,13 @@ def test_k_beyond_the_good_programs_writes_what_there_is(run, tmp_path, capsys):
 
 def test_missing_empty_or_all_bad_logs_are_clear_errors(tmp_path, capsys):
     out = tmp_path / "aces.jsonl"
-    assert main(["from-run", "--run", str(tmp_path), "--k", "4", "--out", str(out)]) == 1
-    assert "no rollouts log" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit) as exit_:  # bad input: exit status 2, like every command's
+        main(["from-run", "--run", str(tmp_path), "--k", "4", "--out", str(out)])
+    assert exit_.value.code == 2 and "no rollouts log" in capsys.readouterr().err and not out.exists()
     (tmp_path / "rollouts.jsonl").write_text("")
-    assert main(["from-run", "--run", str(tmp_path), "--k", "4", "--out", str(out)]) == 1
-    assert "rollouts log is empty" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit) as exit_:
+        main(["from-run", "--run", str(tmp_path), "--k", "4", "--out", str(out)])
+    assert exit_.value.code == 2 and "rollouts log is empty" in capsys.readouterr().err and not out.exists()
     bad = [
         RolloutRow(step=1, example_id="e1", prompt_hash="h", program="def execute_command(image):\n    return 1/0\n",
                    status="runtime_error", total=-0.5, query="q1"),

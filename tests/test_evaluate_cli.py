@@ -9,6 +9,7 @@ known; the command-line test uses a real (random, tiny) transformers model and p
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,13 +95,16 @@ def test_adapter_of_another_base_and_too_long_prompts_are_refused(tmp_path, worl
     assert not (tmp_path / "long").exists()
 
 
-def test_unknown_key_on_the_command_line_or_in_the_yaml(tmp_path, world, tiny):
+def test_unknown_key_on_the_command_line_or_in_the_yaml(tmp_path, world, tiny, capsys):
     path = tmp_path / "eval.yaml"
     path.write_text(yaml.safe_dump({"policy": tiny[0], "shapes_root": str(world), "n_program": 3}))
-    with pytest.raises(SystemExit, match=r"(?s)unknown key\(s\) \['n_program'\].*did you mean n_programs"):
+    with pytest.raises(SystemExit) as exit_:
         main(["--config", str(path)])
-    with pytest.raises(SystemExit, match=r"unknown dataset 'shapes:va'"):
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and re.search(r"(?s)unknown key\(s\) \['n_program'\].*did you mean n_programs", err)
+    with pytest.raises(SystemExit) as exit_:
         main(["--policy", tiny[0], "--shapes_root", str(world), "--datasets", "shapes:va"])
+    assert exit_.value.code == 2 and "unknown dataset 'shapes:va'" in capsys.readouterr().err
 
 
 def test_pipeline_reports_json_markdown_and_plots(tmp_path, world, tiny):

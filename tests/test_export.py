@@ -188,8 +188,9 @@ def test_hub_push_goes_through_the_hub_api(tmp_path, base_path):
 
 
 def test_bad_runs_give_clear_errors(tmp_path, capsys):
-    assert main(["--run", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 1
-    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # bad input: exit status 2, like every command's
+        main(["--run", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2 and "does not exist" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
     with pytest.raises(ExportError, match="no manifest.json"):
         export_run(tmp_path / "run", tmp_path / "o")

@@ -21,7 +21,7 @@ from train.recipe.rl_config import parse_rl_config
 
 def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    cfg = parse_rl_config(argv)
+    cfg = parse_rl_config(argv, prog="python -m train.prepare_unit_tests", description=__doc__.split("\n\n")[0])
     checked = validate(cfg, check_layout=False)  # the RL run's layout is not this command's
     specs = [spec for spec in checked.rewards.rewards if spec.name == "unit_tests"]
     if not specs:

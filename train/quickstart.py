@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from data.shapes import BuildConfig, build_dataset
@@ -28,15 +28,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 @dataclass
 class QuickstartConfig:
-    out: str = "runs/quickstart"
-    seed: int = 0
-    policy: str = "runs/tiny_policy"  # built by train.bootstrap when missing (cached by config)
-    rl_config: str = str(REPO / "configs/quickstart.yaml")
-    eval_config: str = str(REPO / "configs/eval/shapes_matrix.yaml")
-    eval_world: str = "runs/shapes_eval"
-    eval_seed: int = 1  # the evaluation world is drawn apart from the training one
-    max_steps: int = 0  # 0: the recipe's
-    skip_bootstrap: bool = False  # use `policy` as it is (any causal LM folder)
+    out: str = field(default="runs/quickstart", metadata={"help": "folder of the RL run and the evaluation"})
+    seed: int = field(default=0, metadata={"help": "seed of the policy's bootstrap and of RL"})
+    policy: str = field(
+        default="runs/tiny_policy",
+        metadata={"help": "the tiny policy's folder (built by train.bootstrap when missing)"},
+    )
+    rl_config: str = field(default=str(REPO / "configs/quickstart.yaml"), metadata={"help": "the RL recipe"})
+    eval_config: str = field(
+        default=str(REPO / "configs/eval/shapes_matrix.yaml"), metadata={"help": "the evaluation config"}
+    )
+    eval_world: str = field(default="runs/shapes_eval", metadata={"help": "the evaluation's shapes world (made here)"})
+    eval_seed: int = field(default=1, metadata={"help": "seed of the evaluation world, apart from the training one"})
+    max_steps: int = field(default=0, metadata={"help": "RL steps (0: the recipe's)"})
+    skip_bootstrap: bool = field(default=False, metadata={"help": "use `policy` as it is (any causal LM folder)"})
 
 
 def ensure_eval_world(cfg: QuickstartConfig) -> Path:
@@ -99,9 +104,14 @@ def _headline(metrics) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from train.recipe.parsing import parse_config
+    from train.recipe.parsing import ConfigError, parse_config
 
-    (cfg,) = parse_config([QuickstartConfig], argv if argv is not None else sys.argv[1:])
+    (cfg,) = parse_config(
+        [QuickstartConfig],
+        argv if argv is not None else sys.argv[1:],
+        prog="python -m train.quickstart",
+        description=__doc__.split("\n\n")[0],
+    )
     started = time.time()
     os.environ.setdefault("WANDB_MODE", "offline")
 
@@ -113,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
         policy = ensure_tiny_policy(BootstrapConfig(out=str(policy), seed=cfg.seed))
     world = policy / "world"
     if not (world / "manifest.json").is_file():
-        raise SystemExit(f"quickstart: {world} holds no shapes world; build the policy with train.bootstrap")
+        raise ConfigError(f"policy: {world} holds no shapes world; build the policy with train.bootstrap")
     t_policy = time.time()
 
     print("quickstart: 2/3 RL on the shapes world (GRPO, LoRA, sandboxed executor, shapes tools)", flush=True)
@@ -169,4 +179,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from train.recipe.parsing import run_command
+
+    run_command(main)

@@ -75,7 +75,7 @@ def executor(checked: Checked):
 
 def main(argv: list[str] | None = None) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    cfg = parse_rl_config(argv)
+    cfg = parse_rl_config(argv, prog="accelerate launch train/rl.py", description=__doc__.split("\n\n")[0])
     checked = validate(cfg)
     setup_reporting(cfg)
     # The trainer's own view of the processes: a bare `PartialState()` on CPU under `accelerate launch

@@ -159,7 +159,7 @@ def grpo_part(scale: str, cuda: bool, root: Path, steps: int) -> dict[str, Any]:
         f"--num_generations={generations}", f"--per_device_train_batch_size={generations * (1 if tiny else 2)}",
         f"--max_completion_length={32 if tiny else 320}", "--report_to=none", "--save_strategy=no",
         "--logging_steps=1", "--disable_tqdm=true", f"--use_cpu={str(not cuda).lower()}",
-        f"--bf16={str(cuda).lower()}", "--gradient_checkpointing=true", "--lora_r=16", "--lora_alpha=32",
+        f"--bf16={str(cuda).lower()}", "--activation_checkpointing=true", "--lora_r=16", "--lora_alpha=32",
         "--executor_slots=8" if cuda else "--executor_slots=2",
     ]  # fmt: skip
     cfg = parse_rl_config(argv)

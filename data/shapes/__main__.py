@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import fields
 
+from data.cli import CommandParser, checked
 from data.shapes.build import BuildConfig, build_dataset
+
+HELP = {
+    "train": "GQA-format questions of the training families, on training images",
+    "val": "questions of the training families on new images, and as many of the held-out families",
+    "seed": "the world's random seed",
+    "winoground": "Winoground-style examples (two images, two captions each)",
+    "sugarcrepe": "SugarCREPE-style caption pairs per category",
+    "refcoco": "RefCOCO-style images (up to 3 referring expressions each)",
+    "questions_per_image": "questions asked about each image",
+    "width": "image width in pixels",
+    "height": "image height in pixels",
+    "workers": "processes that render images",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m data.shapes", description=__doc__)
-    defaults = BuildConfig(out="")
+    parser = CommandParser(prog="python -m data.shapes", description=__doc__)
+    defaults = BuildConfig(out="unused")
     for f in fields(BuildConfig):
         if f.name == "out":
             parser.add_argument("--out", required=True, help="output folder")
         else:
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=getattr(defaults, f.name))
+            text = f"{HELP[f.name]} (default {getattr(defaults, f.name)})"
+            parser.add_argument(
+                f"--{f.name.replace('_', '-')}", type=int, default=getattr(defaults, f.name), help=text
+            )
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    manifest = build_dataset(BuildConfig(**vars(args)))
+    manifest = build_dataset(checked(BuildConfig, **vars(args)))
     seconds = time.perf_counter() - t0
     counts = manifest["counts"]
     print(f"wrote {args.out} in {seconds:.1f}s: " + ", ".join(f"{k}={v}" for k, v in counts.items()))

@@ -45,6 +45,18 @@ class BuildConfig:
     height: int = 256
     workers: int = 2
 
+    def __post_init__(self) -> None:
+        if not self.out:
+            raise ValueError("out: the folder to write the world to is required")
+        for name in ("train", "val", "winoground", "sugarcrepe", "refcoco"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        for name in ("questions_per_image", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if min(self.width, self.height) < 64:
+            raise ValueError(f"width, height: images need at least 64 pixels a side, got {self.width}x{self.height}")
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

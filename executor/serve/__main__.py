@@ -8,17 +8,17 @@ local Ray instance is started and the command serves until interrupted. `--delet
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import time
 
+from data.cli import CommandParser, fail
 from executor.serve.deploy import ServiceUnavailable, connect, deploy, served_settings, undeploy
 from executor.tools.stack import read_tool_stack
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m executor.serve", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m executor.serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tools", required=True, help="tool stack YAML (configs/tools/*.yaml)")
     parser.add_argument("--address", default=None, help="Ray cluster address ('auto': this node's); none: start one")
     parser.add_argument("--delete", action="store_true", help="remove the stack's applications instead")
@@ -31,8 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         settings = deploy(stack, args.address)
     except (FileNotFoundError, ValueError, ServiceUnavailable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        fail(str(exc))
     address = connect(args.address)
     for name, placement in settings.placements.items():
         print(f"{settings.app(name)} ({', '.join(settings.members[name])}): {placement}")

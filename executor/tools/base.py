@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import typing
 from typing import Any, ClassVar
 
+from data.typed import mismatch
 from executor.tools.calls import TOOLS, ToolCall
 from executor.tools.errors import ToolUnavailable
 from executor.tools.images import ImageStore
@@ -43,6 +45,11 @@ class ToolBackend:
         unknown = sorted(set(settings) - set(valid))
         if unknown:
             raise ValueError(f"the {cls.name!r} backend: unknown setting(s) {unknown}; valid: {valid}")
+        hints = typing.get_type_hints(cls.__init__)
+        for key, value in settings.items():
+            problem = mismatch(value, hints[key]) if key in hints else None
+            if problem:
+                raise ValueError(f"the {cls.name!r} backend: {key}: expected {problem}, got {value!r:.60}")
 
     @classmethod
     def configured_tools(cls, **settings: Any) -> list[str]:

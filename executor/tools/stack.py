@@ -77,8 +77,9 @@ def build_backend(
         for key in PATH_SETTINGS & set(settings):
             settings[key] = _resolve(settings[key], base)
     cls = backend_class(config["backend"])
+    where = config.get("_source", "tool stack")
     try:
+        cls.check_settings(**settings)
         return cls(images if images is not None else ImageStore(), **settings)
-    except TypeError as exc:
-        where = config.get("_source", "tool stack")
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: bad settings for the {config['backend']!r} backend: {exc}") from None

@@ -19,23 +19,23 @@ from __future__ import annotations
 import argparse
 import sys
 
+from data.cli import CommandParser, fail
 from train.ace.output import write_aces
 from train.ace.records import AceError
+from train.recipe.parsing import ConfigError
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m train.ace", description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
-    from_run = sub.add_parser("from-run", help="mine a run's rollouts log")
+    top = CommandParser(prog="python -m train.ace", description=__doc__.split("\n\n")[0])
+    sub = top.add_subparsers(dest="command", required=True, parser_class=CommandParser, metavar="{from-run,stanic}")
+    from_run = sub.add_parser("from-run", help="mine a run's rollouts log", description="mine a run's rollouts log")
     from_run.add_argument("--run", required=True, help="run folder written by train/rl.py")
-    from_run.add_argument("--k", type=int, default=16, help="how many ACEs")
-    from_run.add_argument("--out", required=True, help="the ACE file to write (.jsonl)")
+    from_run.add_argument("--k", type=int, default=16, help="how many ACEs (default: 16)")
+    from_run.add_argument("--out", required=True, help="the ACE file to write (.jsonl; a .md preview goes beside it)")
     sub.add_parser(
         "stanic",
-        help="Stanić et al.'s zero-shot procedure",
-        description="--config CFG.yaml plus --key value overrides: the policy, data, prompt and executor keys "
-        "of train/rl.py's recipe and k, out, n, ids, seed, trials, retry, min_score, temperature, top_p, "
-        "max_new_tokens, batch_size, rewards (train.ace.stanic.StanicArgs)",
+        help="Stanić et al.'s zero-shot procedure (--config configs/ace/stanic_shapes.yaml; stanic --help: its keys)",
+        add_help=False,  # `stanic --help` is the help of its config keys, printed by the config parser
     )
     return top
 
@@ -46,16 +46,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "stanic":
             from train.ace.stanic import stanic_from_config  # loads the policy stack
 
-            report, out = stanic_from_config(rest)
+            report, out = stanic_from_config(rest, prog="python -m train.ace stanic")
         else:
             if rest:
                 parser().error(f"unrecognized arguments: {' '.join(rest)}")
             from train.ace.from_run import aces_from_run
 
             report, out = aces_from_run(args.run, args.k), args.out
-    except AceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except (AceError, ConfigError) as exc:  # bad input: the place and exit status 2
+        fail(str(exc))
     if not report.aces:
         print(f"error: no ACE to write ({'; '.join(report.notes) or report.shortfall})", file=sys.stderr)
         return 1

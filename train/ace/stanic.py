@@ -111,22 +111,29 @@ def stanic_aces(
 class StanicArgs:
     """Settings of `python -m train.ace stanic` beyond the policy/data/prompt/executor sections of train/rl.py."""
 
-    k: int = 16
-    out: str = "aces.jsonl"
-    n: int = 100
-    ids: list[str] = field(default_factory=list)
-    seed: int = 0
-    trials: int = 1
-    retry: str = "self_debug"
-    min_score: float = 0.5
-    temperature: float = 0.4  # Stanić et al.'s code-bison temperature
-    top_p: float = 0.9
-    max_new_tokens: int = 320
-    batch_size: int = 8
-    rewards: Any = field(default_factory=lambda: ["correctness"])
+    k: int = field(default=16, metadata={"help": "how many ACEs to keep"})
+    out: str = field(
+        default="aces.jsonl", metadata={"help": "the ACE file to write (.jsonl; a .md preview beside it)"}
+    )
+    n: int = field(default=100, metadata={"help": "labelled questions drawn from the dataset"})
+    ids: list[str] = field(default_factory=list, metadata={"help": "these example ids instead of a random draw"})
+    seed: int = field(default=0, metadata={"help": "seed of the draw and of sampling"})
+    trials: int = field(default=1, metadata={"help": "programs sampled per question"})
+    retry: str = field(
+        default="self_debug", metadata={"help": f"after an execution failure: {' | '.join(RETRY_MODES)}"}
+    )
+    min_score: float = field(default=0.5, metadata={"help": "a program's reward must reach this to become an ACE"})
+    temperature: float = field(default=0.4, metadata={"help": "sampling temperature (Stanić et al.: 0.4)"})
+    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass"})
+    max_new_tokens: int = field(default=320, metadata={"help": "program length limit in tokens"})
+    batch_size: int = field(default=8, metadata={"help": "prompts per generation batch"})
+    rewards: Any = field(
+        default_factory=lambda: ["correctness"],
+        metadata={"help": "the score: reward names or {name, weight, settings}"},
+    )
 
 
-def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
+def stanic_from_config(argv: list[str], prog: str | None = None) -> tuple[AceReport, str]:
     from executor.backends import open_backend
     from executor.host import ToolHost
     from executor.runner import RunnerConfig, SyncRunner
@@ -138,7 +145,11 @@ def stanic_from_config(argv: list[str]) -> tuple[AceReport, str]:
     from train.recipe.rl_config import DataArgs, ExecutorArgs, PolicyArgs, PromptArgs
 
     policy_args, data, prompt, executor, args = parse_config(
-        (PolicyArgs, DataArgs, PromptArgs, ExecutorArgs, StanicArgs), argv
+        (PolicyArgs, DataArgs, PromptArgs, ExecutorArgs, StanicArgs),
+        argv,
+        prog=prog,
+        description="Stanić et al.'s ACEs: the policy zero-shot on labelled questions, the best programs kept. "
+        "Takes the policy, data, prompt and executor keys of train/rl.py's recipe and the keys below.",
     )
     check_policy(policy_args)
     examples = pick_examples(load_examples(data), args.ids, args.n, args.seed)

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -62,37 +62,43 @@ VERSION = 1  # bump when the recipe changes so cached policies are rebuilt
 class BootstrapConfig(TinyModelConfig):
     """The tiny policy's recipe: the model's sizes (`TinyModelConfig`'s fields), then these."""
 
-    out: str = "runs/tiny_policy"
-    seed: int = 0
+    out: str = field(default="runs/tiny_policy", metadata={"help": "folder of the policy (cached by this recipe)"})
+    seed: int = field(default=0, metadata={"help": "seed of the world, the mixture and training"})
     # the world trained on (its validation questions are the evaluation's)
-    world_train: int = 1100
-    world_val: int = 150
+    world_train: int = field(default=1100, metadata={"help": "training images of the shapes world"})
+    world_val: int = field(default=150, metadata={"help": "validation images of the shapes world"})
     # the mixture
-    weak_share: float = 0.6  # share of training families whose greedy program is wrong
-    gold_strong: float = 0.85  # P(gold) in a strong family
-    gold_weak: float = 0.3  # P(gold) in a weak family
-    dominant: float = 0.75  # share of a weak family's mistakes that are its dominant one
-    copies: int = 2  # targets drawn per training question
+    weak_share: float = field(
+        default=0.6, metadata={"help": "share of training families whose greedy program is wrong"}
+    )
+    gold_strong: float = field(default=0.85, metadata={"help": "P(gold program) in a strong family"})
+    gold_weak: float = field(default=0.3, metadata={"help": "P(gold program) in a weak family"})
+    dominant: float = field(
+        default=0.75, metadata={"help": "share of a weak family's mistakes that are its dominant one"}
+    )
+    copies: int = field(default=2, metadata={"help": "target programs drawn per training question"})
     # supervised training
-    epochs: float = 3.0
-    max_steps: int = -1
-    batch_size: int = 16
-    learning_rate: float = 5e-3
-    warmup_steps: float = 0.05
-    # evaluation, with the tools named (oracle | shapes | a tool-stack YAML): greedy and sampled
-    # programs on `eval_val` questions of the training families on new images and `eval_heldout` of
-    # the held-out families
-    tools: str = "shapes"
-    eval_val: int = 80
-    eval_heldout: int = 50
-    eval_samples: int = 8
-    eval_temperature: float = 1.0
-    eval_top_p: float = 1.0
-    eval_max_new_tokens: int = 160  # the longest shapes-world program is about 90 tokens
+    epochs: float = field(default=3.0, metadata={"help": "passes over the mixture"})
+    max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (-1: epochs decide)"})
+    batch_size: int = field(default=16, metadata={"help": "sequences per step"})
+    learning_rate: float = field(default=5e-3, metadata={"help": "peak learning rate"})
+    warmup_steps: float = field(default=0.05, metadata={"help": "warm-up: steps, or a ratio of all steps below 1"})
+    # evaluation: greedy and sampled programs on `eval_val` questions of the training families on new
+    # images and `eval_heldout` of the held-out families
+    tools: str = field(
+        default="shapes", metadata={"help": "tools of the evaluation: oracle | shapes | a tool-stack YAML"}
+    )
+    eval_val: int = field(default=80, metadata={"help": "training-family questions on new images"})
+    eval_heldout: int = field(default=50, metadata={"help": "held-out-family questions"})
+    eval_samples: int = field(default=8, metadata={"help": "programs sampled per question"})
+    eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    eval_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
+    # the longest shapes-world program is about 90 tokens
+    eval_max_new_tokens: int = field(default=160, metadata={"help": "program length limit in tokens"})
     # how it runs (not in the cache key)
-    slots: int = 2
-    threads: int = 2
-    sandbox: str = "full"
+    slots: int = field(default=2, metadata={"help": "programs run in parallel (not in the cache key)"})
+    threads: int = field(default=2, metadata={"help": "torch CPU threads (not in the cache key)"})
+    sandbox: str = field(default="full", metadata={"help": "full | none (debugging only)"})
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the sizes
@@ -203,7 +209,7 @@ def sft(model, tokenizer, pairs: list[SFTPair], cfg: BootstrapConfig, work: Path
     args = SFTConfig(
         output_dir=str(work),
         completion_only_loss=True,
-        gradient_checkpointing=False,  # trl turns it on by default; a tiny model needs no memory saving
+        activation_checkpointing=False,  # trl turns it on by default; a tiny model needs no memory saving
         max_length=cfg.context,
         per_device_train_batch_size=cfg.batch_size,
         num_train_epochs=cfg.epochs,
@@ -319,7 +325,12 @@ def ensure_tiny_policy(cfg: BootstrapConfig | None = None) -> Path:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from train.recipe.parsing import parse_config
 
-    (cfg,) = parse_config((BootstrapConfig,), argv if argv is not None else sys.argv[1:])
+    (cfg,) = parse_config(
+        (BootstrapConfig,),
+        argv if argv is not None else sys.argv[1:],
+        prog="python -m train.bootstrap",
+        description=__doc__.split("\n\n")[0],
+    )
     summary = cached(cfg)
     if summary is not None:
         print(f"bootstrap: {cfg.out} already holds this policy (key {summary['key']}); nothing to do")

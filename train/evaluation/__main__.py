@@ -1,6 +1,7 @@
 """`python -m train.evaluation`: the command of `train.evaluation.pipeline`."""
 
 from train.evaluation.pipeline import main
+from train.recipe.parsing import run_command
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -67,9 +67,11 @@ def evaluate(
     with EvalSession(cfg) as session:
         for policy in plan.policies:
             session.load_policy(policy, make_generator)
-            for mode, seed, name in tqdm(jobs, desc=f"evaluate {policy.label}", unit="job"):
+            bar = tqdm(total=sum(len(data[name]) for *_, name in jobs), desc=f"evaluate {policy.label}", unit="q")
+            for mode, seed, name in jobs:
                 examples = data[name]
-                preds = session.predict(examples, mode, seed)
+                bar.set_postfix_str(f"{mode.label} seed {seed} {name}")
+                preds = session.predict(examples, mode, seed, progress=bar.update)
                 predictions += [
                     {"policy": policy.label, "mode": mode.label, "dataset": name, "seed": seed} | p.to_json()
                     for p in preds
@@ -78,6 +80,7 @@ def evaluate(
                 for label, use_fallback in variants:
                     metrics = dataset_metrics(examples, preds, use_fallback=use_fallback)
                     results.setdefault(policy.label, {}).setdefault(label, {}).setdefault(name, {})[seed] = metrics
+            bar.close()
         tools = session.tool_metrics()
     seconds = time.time() - started
     out = Path(cfg.out)
@@ -96,13 +99,18 @@ def evaluate(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from data.cli import checked
     from train.recipe.parsing import parse_config
 
-    try:  # bad input ends with its message; a failure during the run keeps its traceback
-        (cfg,) = parse_config([EvalConfig], argv if argv is not None else sys.argv[1:])
-        prepared = prepare(cfg)
-    except ValueError as e:
-        raise SystemExit(f"evaluate: {e}") from None
+    # Bad input ends with its message and exit status 2; a failure during the run keeps its traceback.
+    (cfg,) = checked(
+        parse_config,
+        [EvalConfig],
+        argv if argv is not None else sys.argv[1:],
+        prog="python -m train.evaluation",
+        description=__doc__.split("\n\n")[0],
+    )
+    prepared = checked(prepare, cfg)
     report = evaluate(cfg, prepared=prepared)
     from train.evaluation.report import markdown
 

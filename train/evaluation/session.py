@@ -76,12 +76,25 @@ class EvalSession:
             fallback_program=fallback_program,
         )
 
-    def predict(self, examples: Sequence[Example], mode: ModeConfig, seed: int) -> list[Prediction]:
+    def predict(
+        self,
+        examples: Sequence[Example],
+        mode: ModeConfig,
+        seed: int,
+        progress: Callable[[int], Any] | None = None,
+    ) -> list[Prediction]:
+        """Every example's prediction under `mode`, `cfg.chunk` questions at a time; `progress(n)`
+        is called as each chunk's n questions are answered."""
         ctx = self.context(seed)
         preds: list[Prediction] = []
         # Tasks need their own prompt (signature, guidelines); keep dataset order in the output.
         for task in dict.fromkeys(e.task for e in examples):
-            preds += run_mode(ctx, [e for e in examples if e.task == task], mode)
+            of_task = [e for e in examples if e.task == task]
+            for start in range(0, len(of_task), self.cfg.chunk):
+                chunk = of_task[start : start + self.cfg.chunk]
+                preds += run_mode(ctx, chunk, mode)
+                if progress is not None:
+                    progress(len(chunk))
         order = {e.id: i for i, e in enumerate(examples)}
         return sorted(preds, key=lambda p: order[p.example_id])
 

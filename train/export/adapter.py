@@ -16,16 +16,15 @@ into 4-bit weights would re-quantize the sum.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import shutil
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from data.cli import CommandParser, fail
 from train.export.model_card import render_model_card
 from train.rollouts.log import RolloutLog
 from train.runs.folder import (
@@ -259,13 +258,18 @@ def export_run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m train.export", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m train.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="run folder written by train/rl.py")
     parser.add_argument("--out", required=True, help="folder to write the exported adapter to")
     parser.add_argument("--adapter", help="adapter folder inside the run (default: adapter)")
     parser.add_argument("--base-model", help="override the base model named in the manifest")
     parser.add_argument("--merge", action="store_true", help="also save base + adapter merged, as safetensors")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="dtype of the merged model (default: auto, the base model's)",
+    )
     parser.add_argument("--push-to-hub", metavar="REPO_OR_PATH", help="Hub repo id (user/name) or a local folder")
     parser.add_argument("--public", action="store_true", help="create the Hub repo public (default private)")
     args = parser.parse_args(argv)
@@ -281,7 +285,6 @@ def main(argv: list[str] | None = None) -> int:
             private=not args.public,
         )
     except (ExportError, OSError) as exc:  # OSError: a base model or file that cannot be read
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        fail(str(exc))
     print(json.dumps(result.to_json(), indent=2))
     return 0

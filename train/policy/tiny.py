@@ -11,7 +11,7 @@ generation. The model is `LlamaForCausalLM` with random weights sized by `TinyMo
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,13 @@ class TinyModelConfig:
     with the ~550-token vocabulary the shapes world trains: in a 2-core, few-minute budget a model
     of width 128 learns to copy noun phrases from the question, while width 192 (1.9M) does not yet."""
 
-    vocab_size: int = 1024  # BPE target; the trained vocabulary comes out smaller on the shapes world
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 384
-    context: int = 512
+    # BPE target; the trained vocabulary comes out smaller on the shapes world
+    vocab_size: int = field(default=1024, metadata={"help": "tokenizer vocabulary target (>= 300)"})
+    hidden_size: int = field(default=128, metadata={"help": "model width"})
+    num_layers: int = field(default=4, metadata={"help": "transformer layers"})
+    num_heads: int = field(default=4, metadata={"help": "attention heads (must divide hidden_size)"})
+    intermediate_size: int = field(default=384, metadata={"help": "MLP width"})
+    context: int = field(default=512, metadata={"help": "positions (prompt plus program)"})
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "context"):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from data.records import TASKS
-from executor.api.spec import get_variant
+from executor.api.spec import VARIANTS, get_variant
 
 LAYOUTS = ("stanic", "viunit", "bare")
 
@@ -40,13 +40,20 @@ class PromptConfig:
     return_annotation: override the task's return annotation (e.g. "ImagePatch").
     """
 
-    variant: str = "vipergpt"
-    task: str = "vqa"
-    ice_file: str | None = None
-    max_ices: int | None = None
-    include_guidelines: bool = True
-    layout: str = "stanic"
-    return_annotation: str | None = None
+    variant: str = field(default="vipergpt", metadata={"help": f"API variant: {' | '.join(VARIANTS)}"})
+    task: str = field(default="vqa", metadata={"help": f"entry point and guidelines: {' | '.join(TASKS)}"})
+    ice_file: str | None = field(
+        default=None, metadata={"help": "JSONL of {query, program} in-context examples (none: zero-shot)"}
+    )
+    max_ices: int | None = field(default=None, metadata={"help": "use the file's first N examples (none: all)"})
+    include_guidelines: bool = field(default=True, metadata={"help": "add the variant's and task's guidelines"})
+    layout: str = field(
+        default="stanic",
+        metadata={"help": f"{' | '.join(LAYOUTS)}; bare: the query and signature only, for tiny policies"},
+    )
+    return_annotation: str | None = field(
+        default=None, metadata={"help": "the entry point's return annotation, e.g. ImagePatch (none: the task's)"}
+    )
 
     def __post_init__(self) -> None:
         spec = get_variant(self.variant)

@@ -8,15 +8,20 @@ import contextlib
 import shlex
 import sys
 
+from data.cli import fail
 from train.recipe.parsing import ConfigError
 from train.recipe.rl_config import parse_rl_config
+
+USAGE = "usage: python -m train.recipe KEY [KEY ...] -- --config RECIPE [--key value ...]"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"{USAGE}\n\n{__doc__}")
+        return 0
     if "--" not in argv:
-        print("usage: python -m train.recipe KEY [KEY ...] -- --config RECIPE [--key value ...]", file=sys.stderr)
-        return 2
+        fail(f"python -m train.recipe: the recipe's arguments follow `--`\n{USAGE}")
     at = argv.index("--")
     keys, rest = argv[:at], argv[at + 1 :]
     try:
@@ -24,12 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr):
             flat = parse_rl_config(rest).to_flat()
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        fail(str(exc))
     unknown = [k for k in keys if k not in flat]
     if unknown:
-        print(f"error: unknown recipe key(s) {unknown}", file=sys.stderr)
-        return 2
+        fail(f"python -m train.recipe: unknown recipe key(s) {unknown}")
     for key in keys:
         value = flat[key]
         text = ",".join(map(str, value)) if isinstance(value, list) else "" if value is None else str(value)

@@ -11,7 +11,7 @@ from typing import Any
 
 from data.records import Example
 from executor.runner import RunnerConfig
-from executor.tools.stack import backend_class, read_tool_stack
+from executor.tools.stack import backend_class, read_tool_stack, stack_settings
 from rewards.compose import RewardConfig
 from rewards.registry import check_reward_name
 from train.policy.loading import check_policy
@@ -78,6 +78,10 @@ def tool_stack(executor: ExecutorArgs, data: DataArgs) -> tuple[dict[str, Any], 
         from data.shapes.tasks import scene_graph_files
 
         overrides["scene_graphs"] = [str(p) for p in scene_graph_files(data.dataset_root)]
+    try:  # names and types of the settings, before any executor starts
+        backend_class(stack["backend"]).check_settings(**stack_settings(stack, overrides))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"tool_stack {executor.tool_stack} with tool_overrides: {exc}") from None
     return stack, overrides
 
 

@@ -147,7 +147,7 @@ def policy_component(cfg: Any) -> Component:
     completion = getattr(t, "max_completion_length", None) or getattr(t, "max_length", None) or 512
     tokens = batch * (completion + 1024)  # prompt lengths differ; 1024 tokens of prompt is the papers' order
     logits = batch * completion * (size.vocab or 32000) * 4
-    per_token = (size.hidden or 4096) * 2 * ((size.layers or 32) * (2 if t.gradient_checkpointing else 16) + 16)
+    per_token = (size.hidden or 4096) * 2 * ((size.layers or 32) * (2 if t.activation_checkpointing else 16) + 16)
     return Component("policy (training)", "each training GPU", (weights + logits + tokens * per_token) / GIB)
 
 

@@ -8,6 +8,7 @@ arguments". A mapping under `env:` sets environment variables, as in trl.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import os
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from data.cli import fail
 
 
 class ConfigError(ValueError):
@@ -62,13 +65,14 @@ class CommandLine:
     @classmethod
     def read(cls, argv: Sequence[str] | None = None) -> CommandLine:
         args = list(sys.argv[1:] if argv is None else argv)
-        if "--config" not in args:
-            return cls(None, {}, args)
-        at = args.index("--config")
-        if at + 1 >= len(args):
-            raise ConfigError("--config needs a file")
-        path = Path(args[at + 1])
-        return cls(path, read_yaml(path), args[:at] + args[at + 2 :])
+        for i, tok in enumerate(args):
+            if tok == "--config" or tok.startswith("--config="):
+                path = tok.split("=", 1)[1] if "=" in tok else (args[i + 1] if i + 1 < len(args) else "")
+                if not path:
+                    raise ConfigError("--config needs a file")
+                rest = args[:i] + args[i + (1 if "=" in tok else 2) :]
+                return cls(Path(path), read_yaml(path), rest)
+        return cls(None, {}, args)
 
     def value(self, key: str) -> Any:
         """A key's value as given: the last `--key` on the command line, else the file's, else None."""
@@ -81,8 +85,15 @@ class CommandLine:
         return found
 
 
-def parse_config(dataclass_types, argv: Sequence[str] | CommandLine | None = None):
-    """Parse `--config FILE` and `--key value` overrides into instances of `dataclass_types`."""
+def parse_config(
+    dataclass_types,
+    argv: Sequence[str] | CommandLine | None = None,
+    *,
+    prog: str | None = None,
+    description: str | None = None,
+):
+    """Parse `--config FILE` and `--key value` overrides into instances of `dataclass_types`.
+    `prog` and `description` head the command's `--help`."""
     from trl import TrlParser
 
     line = argv if isinstance(argv, CommandLine) else CommandLine.read(argv)
@@ -96,14 +107,43 @@ def parse_config(dataclass_types, argv: Sequence[str] | CommandLine | None = Non
         raise unknown_key_error(unknown, valid, str(line.path))
     for key, value in env.items():
         os.environ[str(key)] = str(value)
-    parser = TrlParser(tuple(dataclass_types))
+    parser = TrlParser(tuple(dataclass_types), exit_on_error=False)
     parser.allow_abbrev = False  # `--learning_rat` must be an error, not silently `--learning_rate`
+    parser.prog = prog or parser.prog
+    parser.description = description
+    # Read by `CommandLine` before argparse sees the line; declared so that `--help` lists it.
+    parser.add_argument("--config", metavar="FILE", help="YAML file of these keys; --key value overrides it")
     parser.set_defaults_with_config(**data)
-    *parsed, remaining = parser.parse_args_into_dataclasses(args=line.overrides, return_remaining_strings=True)
+    try:
+        *parsed, remaining = parser.parse_args_into_dataclasses(args=line.overrides, return_remaining_strings=True)
+        parsed = parsed[: len(dataclass_types)]  # the namespace left over holds `config`
+    except argparse.ArgumentError as exc:
+        raise _value_error(exc, line) from None
+    except ValueError as exc:  # a dataclass's own check of its values
+        where = " + ".join(([str(line.path)] if line.path else []) + (["command line"] if line.overrides else []))
+        raise ConfigError(f"{where or 'defaults'}: {exc}") from None
     if remaining:
         unknown = sorted({tok.lstrip("-").split("=")[0] for tok in remaining if tok.startswith("--")}) or remaining
         raise unknown_key_error(unknown, valid, "command line")
     return tuple(parsed)
+
+
+def _value_error(exc: argparse.ArgumentError, line: CommandLine) -> ConfigError:
+    """A value argparse could not read, named where it was written: the file and line, or the
+    command line."""
+    key = (exc.argument_name or "").split("/")[0].lstrip("-")
+    typed = any(tok == f"--{key}" or tok.startswith(f"--{key}=") for tok in line.overrides)
+    if typed or line.path is None:
+        return ConfigError(f"command line: --{key}: {exc.message}")
+    return ConfigError(f"{yaml_place(line.path, key)}: {key}: {exc.message}")
+
+
+def yaml_place(path: Path, key: str) -> str:
+    """`file:line` of a top-level key in a YAML file (the file alone when it is not found)."""
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if text.startswith(f"{key}:"):
+            return f"{path}:{number}"
+    return str(path)
 
 
 def structured(value: Any, key: str, kind: type | tuple[type, ...]) -> Any:
@@ -121,9 +161,10 @@ def structured(value: Any, key: str, kind: type | tuple[type, ...]) -> Any:
 
 def run_command(main: Any) -> None:
     """A command's `__main__`: a `ConfigError` (bad input, found before any work) ends it with its
-    message and exit status 2; anything else keeps its traceback."""
+    message and exit status 2 (`data.cli`); anything else keeps its traceback. A returned int is the
+    exit status."""
     try:
-        main()
+        status = main()
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(exc))
+    sys.exit(status if isinstance(status, int) else 0)

@@ -75,7 +75,9 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def parse_rl_config(argv: list[str] | None = None) -> RLConfig:
+def parse_rl_config(
+    argv: list[str] | None = None, prog: str | None = None, description: str | None = None
+) -> RLConfig:
     """Parse `--config recipe.yaml [--key value ...]` into an `RLConfig` (no files are touched
     beyond the recipe; `train.recipe.checks.validate` checks what the values name)."""
     line = CommandLine.read(argv)
@@ -83,7 +85,7 @@ def parse_rl_config(argv: list[str] | None = None) -> RLConfig:
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm: {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
     types = [*SECTIONS.values(), TRAINER_ARGS[algorithm]]
-    parsed = parse_config(types, line)
+    parsed = parse_config(types, line, prog=prog, description=description)
     sections = dict(zip([*SECTIONS, "training"], parsed[: len(types)], strict=True))
     cfg = RLConfig(**sections)
     cfg.rewards.rewards = structured(cfg.rewards.rewards, "rewards", list) or ["correctness"]

@@ -24,15 +24,22 @@ class PolicyArgs:
     adapter_path: str | None = field(default=None, metadata={"help": "start from this LoRA adapter"})
     framing: str = field(default="auto", metadata={"help": "prompt framing: auto | plain | chat"})
     torch_dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16 | float16"})
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scale numerator (the update is scaled by alpha / r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: list(DEFAULT_LORA_TARGETS),
+        metadata={
+            "help": "module names that get an adapter, e.g. q_proj k_proj v_proj o_proj; all-linear: every linear"
+        },
+    )
     load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA: 4-bit base through bitsandbytes"})
     load_in_8bit: bool = field(default=False, metadata={"help": "8-bit base through bitsandbytes"})
-    bnb_4bit_quant_type: str = "nf4"
-    bnb_4bit_compute_dtype: str = "bfloat16"
-    bnb_4bit_use_double_quant: bool = True
+    bnb_4bit_quant_type: str = field(default="nf4", metadata={"help": "4-bit data type: nf4 | fp4"})
+    bnb_4bit_compute_dtype: str = field(
+        default="bfloat16", metadata={"help": "dtype of the 4-bit matmuls: bfloat16 | float16 | float32"}
+    )
+    bnb_4bit_use_double_quant: bool = field(default=True, metadata={"help": "quantize the quantization constants too"})
 
 
 @dataclass
@@ -44,7 +51,7 @@ class DataArgs:
     dataset_sample: str | None = field(
         default=None, metadata={"help": "papers' sampling recipe: gqa_train | gqa_eval | okvqa | vqav2"}
     )
-    dataset_sample_seed: int = 0
+    dataset_sample_seed: int = field(default=0, metadata={"help": "seed of the papers' sampling recipe"})
     dataset_limit: int | None = field(default=None, metadata={"help": "keep the first N examples"})
     dataset_options: str | None = field(default=None, metadata={"help": "loader keyword options (mapping)"})
 
@@ -52,7 +59,7 @@ class DataArgs:
 def _prefixed(cls: type, prefix: str, name: str, doc: str, defaults: dict[str, object]) -> type:
     """`cls`'s fields as flat recipe keys (`prefix` + field name), with its defaults unless given."""
     own = [
-        (prefix + f.name, f.type, field(default=defaults.get(f.name, f.default)))
+        (prefix + f.name, f.type, field(default=defaults.get(f.name, f.default), metadata=f.metadata))
         for f in dataclasses.fields(cls)
         if f.init
     ]
@@ -75,9 +82,11 @@ class ExecutorArgs:
     tool_stack: str = field(default="configs/tools/shapes.yaml", metadata={"help": "configs/tools/*.yaml"})
     tool_overrides: str | None = field(default=None, metadata={"help": "backend settings replacing the stack's"})
     executor_slots: int | None = field(default=None, metadata={"help": "sandboxes in parallel (None: cores)"})
-    executor_timeout_s: float = 5.0
+    executor_timeout_s: float = field(default=5.0, metadata={"help": "seconds a program may run before it is killed"})
     executor_sandbox: str = field(default="full", metadata={"help": "full | none (debugging only)"})
-    executor_max_rpcs: int = 200
+    executor_max_rpcs: int = field(
+        default=200, metadata={"help": "tool calls a program may make before it is stopped"}
+    )
     tool_service: str | None = field(
         default=None,
         metadata={"help": "Ray address of the stack deployed by `python -m executor.serve` (auto: this node)"},
@@ -87,9 +96,12 @@ class ExecutorArgs:
 @dataclass
 class RewardArgs:
     rewards: str | None = field(
-        default=None, metadata={"help": "list of reward names or {name, weight, settings} (default: correctness)"}
+        default=None,
+        metadata={"help": "reward names, or mappings {name, weight, settings}; none given: correctness"},
     )
-    reward_penalties: str | None = field(default=None, metadata={"help": "status -> total for failed programs"})
+    reward_penalties: str | None = field(
+        default=None, metadata={"help": "mapping of program status (syntax_error, runtime_error, ...) to its total"}
+    )
     filter_zero_variance: bool = field(
         default=False, metadata={"help": "drop groups whose rewards are all equal from the loss"}
     )
@@ -124,19 +136,25 @@ class RestArgs:
     rest_restart_from_base: train each iteration from the initial adapter instead of the previous one.
     """
 
-    rest_iterations: int = 3
-    rest_samples_per_query: int = 8
+    rest_iterations: int = field(default=3, metadata={"help": "sample, filter, fine-tune rounds"})
+    rest_samples_per_query: int = field(default=8, metadata={"help": "programs sampled per question per round"})
     rest_keep_threshold: float = field(default=0.0, metadata={"help": "keep programs whose total passes this"})
     rest_keep_rule: str = field(default="above", metadata={"help": "above (>) | at_least (>=)"})
-    rest_dedupe: bool = True
-    rest_max_kept_per_query: int | None = None
-    rest_restart_from_base: bool = False
+    rest_dedupe: bool = field(default=True, metadata={"help": "keep each distinct program of a question once"})
+    rest_max_kept_per_query: int | None = field(
+        default=None, metadata={"help": "at most this many kept programs per question (none: no cap)"}
+    )
+    rest_restart_from_base: bool = field(
+        default=False, metadata={"help": "fine-tune each round from the initial adapter, not the previous round's"}
+    )
     rest_generator: str = field(default="hf", metadata={"help": "hf (transformers) | vllm (offline engine)"})
     rest_generation_batch_size: int = field(default=16, metadata={"help": "prompts x samples per HF batch"})
     rest_vllm_kwargs: str | None = field(default=None, metadata={"help": "vllm.LLM arguments (mapping)"})
-    rest_temperature: float = PAPER_SAMPLING.temperature
-    rest_top_p: float = PAPER_SAMPLING.top_p
-    rest_max_new_tokens: int = PAPER_SAMPLING.max_new_tokens
+    rest_temperature: float = field(default=PAPER_SAMPLING.temperature, metadata={"help": "sampling temperature"})
+    rest_top_p: float = field(default=PAPER_SAMPLING.top_p, metadata={"help": "nucleus sampling mass"})
+    rest_max_new_tokens: int = field(
+        default=PAPER_SAMPLING.max_new_tokens, metadata={"help": "program length limit in tokens"}
+    )
 
     def __post_init__(self) -> None:
         for name in ("rest_iterations", "rest_samples_per_query", "rest_generation_batch_size", "rest_max_new_tokens"):

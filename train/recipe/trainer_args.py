@@ -21,7 +21,10 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "report_to": "wandb",
     "logging_steps": 1,
     "save_steps": 50,
-    "gradient_checkpointing": False,  # LoRA on a 7B model fits without it; turn it on for long prompts
+    # Off unless asked (LoRA on a 7B model fits without it; turn it on for long prompts). transformers 5
+    # renamed it `activation_checkpointing` and warns on the old name; a recipe may use either.
+    "activation_checkpointing": None,
+    "gradient_checkpointing": None,
 }
 SAMPLING_DEFAULTS: dict[str, Any] = {
     "temperature": PAPER_SAMPLING.temperature,
@@ -39,6 +42,9 @@ def _with_defaults(cls: type, defaults: dict[str, Any]) -> type:
     def __post_init__(self):
         if self.bf16 is None and not self.fp16 and not _has_bf16_device():
             self.bf16 = False
+        if self.activation_checkpointing is None:
+            self.activation_checkpointing = bool(self.gradient_checkpointing)
+        self.gradient_checkpointing = None  # transformers mirrors the new name into it
         cls.__post_init__(self)
 
     name = f"{cls.__name__.removesuffix('Config')}Args"

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data.typed import check_row
+
 ROLLOUTS_FILE = "rollouts.jsonl"
 
 
@@ -52,11 +54,10 @@ class RolloutRow:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> RolloutRow:
-        known = set(cls.__dataclass_fields__)
-        unknown = set(row) - known
-        if unknown:
-            raise ValueError(f"rollout row: unknown key(s) {sorted(unknown)}; valid: {sorted(known)}")
+    def from_json(cls, row: dict[str, Any], where: str = "rollout row") -> RolloutRow:
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        check_row(cls, row, where, required=("step", "example_id", "prompt_hash", "program", "status"))
         return cls(**row)
 
 
@@ -95,12 +96,14 @@ class RolloutLog:
             if not line.strip():
                 continue
             try:
-                rows.append(RolloutRow.from_json(json.loads(line)))
+                rows.append(RolloutRow.from_json(json.loads(line), f"{self.path}:{i}"))
             except (json.JSONDecodeError, TypeError, ValueError) as e:
                 if i == len(lines):  # the last line has no newline: a write that never finished
                     warnings.warn(f"{self.path}:{i}: dropping a torn last line ({e})", stacklevel=2)
                     continue
-                raise ValueError(f"{self.path}:{i}: bad rollout row: {e}") from e
+                if isinstance(e, json.JSONDecodeError):
+                    raise ValueError(f"{self.path}:{i}: not valid JSON ({e})") from None
+                raise  # names the file and line already
         return rows
 
     def last_step(self) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from data.typed import check_row
 from executor.tools.hf.loading import Placement
 
 
@@ -120,6 +121,7 @@ def parse_tool(tool: str, block: Any) -> ToolSettings:
     unknown = sorted(set(block) - set(_names(cls)))
     if unknown:
         raise ValueError(f"hf backend: unknown key(s) {unknown} under `{tool}`; valid keys: {_names(cls)}")
+    check_row(cls, block, f"hf backend: `{tool}`")
     settings = cls(**block)
     if not settings.model:
         raise ValueError(f"hf backend: `{tool}.model` is required (a hub id or a local directory)")
@@ -138,7 +140,9 @@ def parse_config(config: dict[str, Any]) -> tuple[Placement, dict[str, ToolSetti
     unknown = sorted(set(config) - set(valid))
     if unknown:
         raise ValueError(f"hf backend: unknown key(s) {unknown}; valid keys: {valid}")
-    defaults = Placement(**{k: config[k] for k in TOP_LEVEL if k in config})
+    top = {k: config[k] for k in TOP_LEVEL if k in config}
+    check_row(Placement, top, "hf backend")
+    defaults = Placement(**top)
     tools = {tool: parse_tool(tool, config[tool]) for tool in TOOL_SETTINGS if config.get(tool) is not None}
     for settings in tools.values():
         settings.placement(defaults)  # raises on a bad per-tool device/dtype/quantization now, not at first use

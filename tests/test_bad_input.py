@@ -1,0 +1,345 @@
+"""Every command line treats bad input alike: exit status 2, a first line on stderr that starts with
+`error:` and names the place (file and line, key or option), and no traceback.
+
+Each case runs the command's `__main__` in this process (`runpy`, as `python -m` or `python FILE`
+would), so a traceback is an exception escaping here. The fixtures are a small shapes world and a
+random tiny policy, so that a case fails on its one bad value and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from evaluate_helpers import build_tiny_llama, build_world
+
+from data.cli import EXIT_BAD_INPUT
+from data.shapes.tasks import load_shapes_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """Paths of the fixtures and of valid files, each case writes its bad one next to them."""
+    root = tmp_path_factory.mktemp("bad_input")
+    world = root / "world"
+    build_world(world, val=8)
+    policy = build_tiny_llama(root / "policy", world, context=256)
+    recipe = yaml.safe_load((REPO / "configs/quickstart.yaml").read_text())
+    recipe.update(model_name_or_path=policy, dataset_root=str(world), output_dir=str(root / "run"), report_to="none")
+    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    evaluation = {"policy": policy, "shapes_root": str(world), "datasets": ["shapes:val"], "layout": "bare"}
+    (root / "eval.yaml").write_text(yaml.safe_dump(evaluation, sort_keys=False))
+    example = load_shapes_tasks(world, ["val"])["val"][0].to_json()
+    (root / "examples.jsonl").write_text(json.dumps(example) + "\n")
+    program = {"id": 1, "example_id": example["id"], "program": "def execute_command(image):\n    return 'yes'\n"}
+    (root / "programs.jsonl").write_text(json.dumps(program) + "\n")
+    return {"root": root, "world": world, "policy": policy, "example": example, "program": program}
+
+
+def _write(env, name: str, text: str) -> str:
+    path = env["root"] / name
+    path.write_text(text)
+    return str(path)
+
+
+def _yaml_with(env, base: str, name: str, **changes) -> str:
+    data = yaml.safe_load((env["root"] / base).read_text())
+    data.update(changes)
+    return _write(env, name, yaml.safe_dump(data, sort_keys=False))
+
+
+def _jsonl(env, name: str, *rows) -> str:
+    return _write(env, name, "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+
+def _exec(env, programs: str, *extra: str, examples: str | None = None, tools="configs/tools/shapes.yaml"):
+    examples = examples or str(env["root"] / "examples.jsonl")
+    out = str(env["root"] / "results.jsonl")
+    return [
+        "--examples",
+        examples,
+        "--programs",
+        programs,
+        "--tools",
+        tools,
+        "--out",
+        out,
+        "--sandbox",
+        "none",
+        *extra,
+    ]
+
+
+def _recipe(env):
+    return str(env["root"] / "recipe.yaml")
+
+
+# (case id, command: a module for `python -m` or a script path, argv built from the fixtures, a regex
+# the first line of stderr must match: the place of the bad value)
+CASES = [
+    # train/rl.py
+    ("rl-missing-config", "train/rl.py", lambda e: ["--config", "no/such.yaml"], r"no/such\.yaml does not exist"),
+    (
+        "rl-bad-yaml",
+        "train/rl.py",
+        lambda e: ["--config", _write(e, "bad.yaml", "a: [1,\n")],
+        r"bad\.yaml: not valid YAML",
+    ),
+    (
+        "rl-yaml-wrong-type",
+        "train/rl.py",
+        lambda e: ["--config", _yaml_with(e, "recipe.yaml", "eight.yaml", num_generations="eight")],
+        r"eight\.yaml:\d+: num_generations: invalid int value: 'eight'",
+    ),
+    (
+        "rl-cli-wrong-type",
+        "train/rl.py",
+        lambda e: ["--config", _recipe(e), "--num_generations", "eight"],
+        r"command line: --num_generations: invalid int value",
+    ),
+    (
+        "rl-indivisible-group",
+        "train/rl.py",
+        lambda e: ["--config", _recipe(e), "--num_generations", "7"],
+        r"recipe\.yaml \+ command line: .*divisible by num_generations \(7\)",
+    ),
+    (
+        "rl-yaml-unknown-key",
+        "train/rl.py",
+        lambda e: ["--config", _yaml_with(e, "recipe.yaml", "typo.yaml", learning_rat=0.1)],
+        r"typo\.yaml: unknown key\(s\) \['learning_rat'\]",
+    ),
+    (
+        "rl-cli-unknown-key",
+        "train/rl.py",
+        lambda e: [f"--config={_recipe(e)}", "--lerning_rate", "0.1"],
+        r"command line: unknown key\(s\) \['lerning_rate'\]",
+    ),
+    ("rl-algorithm", "train/rl.py", lambda e: ["--config", _recipe(e), "--algorithm", "ppo"], r"algorithm: 'ppo'"),
+    ("rl-reward", "train/rl.py", lambda e: ["--config", _recipe(e), "--rewards", "[accuracy]"], r"rewards.*accuracy"),
+    (
+        "rl-tool-stack",
+        "train/rl.py",
+        lambda e: ["--config", _recipe(e), "--tool_stack", "configs/tools/none.yaml"],
+        r"tool_stack: .*none\.yaml does not exist",
+    ),
+    (
+        "rl-tool-setting-type",
+        "train/rl.py",
+        lambda e: ["--config", _recipe(e), "--tool_overrides", "{min_visible: high}"],
+        r"min_visible: expected a number",
+    ),
+    (
+        "rl-prompt-layout",
+        "train/rl.py",
+        lambda e: ["--config", _recipe(e), "--prompt_layout", "fancy"],
+        r"layout.*'fancy'",
+    ),
+    (
+        "rl-dataset-root",
+        "train/rl.py",
+        lambda e: ["--config", _recipe(e), "--dataset_root", "/no/such/world"],
+        r"dataset_root.*/no/such/world",
+    ),
+    # the recipe's other commands
+    (
+        "recipe-unknown-key",
+        "train.recipe",
+        lambda e: ["output_dir", "--", "--config", _recipe(e), "--bogus", "1"],
+        r"command line: unknown key\(s\) \['bogus'\]",
+    ),
+    ("recipe-no-separator", "train.recipe", lambda e: ["output_dir"], r"train\.recipe: .*follow `--`"),
+    (
+        "prepare-unit-tests-without-reward",
+        "train.prepare_unit_tests",
+        lambda e: ["--config", _recipe(e)],
+        r"rewards: the recipe has no unit_tests reward",
+    ),
+    # train.evaluation
+    (
+        "eval-dataset",
+        "train.evaluation",
+        lambda e: ["--config", str(e["root"] / "eval.yaml"), "--datasets", "shapes:nope"],
+        r"datasets: unknown dataset 'shapes:nope'",
+    ),
+    (
+        "eval-seeds",
+        "train.evaluation",
+        lambda e: ["--config", str(e["root"] / "eval.yaml"), "--seeds", "one,two"],
+        r"seeds: expected .*integers",
+    ),
+    (
+        "eval-policy",
+        "train.evaluation",
+        lambda e: ["--config", str(e["root"] / "eval.yaml"), "--policy", "/no/such/model"],
+        r"policy: /no/such/model does not exist",
+    ),
+    (
+        "eval-settings-not-a-mapping",
+        "train.evaluation",
+        lambda e: ["--config", _yaml_with(e, "eval.yaml", "eval_tests.yaml", unit_tests=[1, 2])],
+        r"eval_tests\.yaml: unit_tests: expected a dict",
+    ),
+    (
+        "eval-mode",
+        "train.evaluation",
+        lambda e: ["--config", str(e["root"] / "eval.yaml"), "--modes", "best"],
+        r"modes: unknown inference mode\(s\) \['best'\]",
+    ),
+    (
+        "eval-yaml-wrong-type",
+        "train.evaluation",
+        lambda e: ["--config", _yaml_with(e, "eval.yaml", "eval_limit.yaml", limit="many")],
+        r"eval_limit\.yaml:\d+: limit: invalid int value: 'many'",
+    ),
+    # train.quickstart, train.bootstrap
+    ("quickstart-wrong-type", "train.quickstart", lambda e: ["--max_steps", "abc"], r"command line: --max_steps"),
+    ("bootstrap-range", "train.bootstrap", lambda e: ["--weak_share", "2"], r"weak_share must be in \[0, 1\]"),
+    # train.ace
+    (
+        "ace-no-rollouts",
+        "train.ace",
+        lambda e: ["from-run", "--run", str(e["root"]), "--out", str(e["root"] / "aces.jsonl")],
+        r"rollouts\.jsonl: no rollouts log",
+    ),
+    (
+        "ace-k",
+        "train.ace",
+        lambda e: ["from-run", "--run", str(e["root"]), "--k", "0", "--out", str(e["root"] / "aces.jsonl")],
+        r"k must be a positive integer",
+    ),
+    (
+        "ace-stanic-recipe",
+        "train.ace",
+        lambda e: ["stanic", "--config", _recipe(e)],
+        r"recipe\.yaml: unknown key\(s\) \['algorithm'",
+    ),
+    (
+        "ace-subcommand",
+        "train.ace",
+        lambda e: ["mine"],
+        r"train\.ace: argument \{from-run,stanic\}: invalid choice: 'mine'",
+    ),
+    # train.export
+    (
+        "export-no-run",
+        "train.export",
+        lambda e: ["--run", "/no/such/run", "--out", str(e["root"] / "export")],
+        r"/no/such/run",
+    ),
+    # executor.run
+    (
+        "exec-not-json",
+        "executor.run",
+        lambda e: _exec(e, _jsonl(e, "p_json.jsonl", "{id: 1")),
+        r"p_json\.jsonl:1: not valid JSON",
+    ),
+    (
+        "exec-no-program",
+        "executor.run",
+        lambda e: _exec(e, _jsonl(e, "p_missing.jsonl", {"id": 1, "example_id": e["example"]["id"]})),
+        r"p_missing\.jsonl:1: missing key\(s\) \['program'\]",
+    ),
+    (
+        "exec-program-type",
+        "executor.run",
+        lambda e: _exec(e, _jsonl(e, "p_type.jsonl", {**e["program"], "program": 5})),
+        r"p_type\.jsonl:1: program: expected a string, got int",
+    ),
+    (
+        "exec-unknown-example",
+        "executor.run",
+        lambda e: _exec(e, _jsonl(e, "p_ex.jsonl", e["program"], {**e["program"], "id": 2, "example_id": "nope"})),
+        r"p_ex\.jsonl:2: example_id 'nope' is not in the examples file",
+    ),
+    (
+        "exec-missing-programs",
+        "executor.run",
+        lambda e: _exec(e, str(e["root"] / "none.jsonl")),
+        r"none\.jsonl",
+    ),
+    (
+        "exec-missing-stack",
+        "executor.run",
+        lambda e: _exec(e, str(e["root"] / "programs.jsonl"), tools="configs/tools/none.yaml"),
+        r"tool stack configs/tools/none\.yaml does not exist",
+    ),
+    (
+        "exec-oracle-without-scene-graphs",
+        "executor.run",
+        lambda e: _exec(e, str(e["root"] / "programs.jsonl"), tools="configs/tools/oracle.yaml"),
+        r"oracle\.yaml: the oracle backend needs `scene_graphs:`",
+    ),
+    (
+        "exec-answers-not-a-list",
+        "executor.run",
+        lambda e: _exec(
+            e,
+            str(e["root"] / "programs.jsonl"),
+            examples=_jsonl(e, "ex_answers.jsonl", {**e["example"], "answers": "yes"}),
+        ),
+        r"ex_answers\.jsonl:1: answers: expected a list of strings, got str 'yes'",
+    ),
+    ("exec-bad-option", "executor.run", lambda e: ["--examples"], r"executor\.run: argument --examples: expected"),
+    # data.shapes, executor.serve
+    ("shapes-negative", "data.shapes", lambda e: ["--out", str(e["root"] / "w"), "--val", "-3"], r"val"),
+    ("shapes-no-out", "data.shapes", lambda e: ["--val", "3"], r"data\.shapes: the following arguments are required"),
+    (
+        "serve-missing-stack",
+        "executor.serve",
+        lambda e: ["--tools", "configs/tools/none.yaml"],
+        r"tool stack configs/tools/none\.yaml does not exist",
+    ),
+]
+
+
+def run_main(command: str, argv: list[str], monkeypatch) -> int:
+    """Run a command's `__main__` as the shell would; its exit status (0 when it returns)."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "argv", [command, *argv])
+    try:
+        if command.endswith(".py"):
+            runpy.run_path(str(REPO / command), run_name="__main__")
+        else:
+            runpy.run_module(command, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+# runpy notes that the module ran before as an import (by an earlier case); harmless here
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import:RuntimeWarning")
+@pytest.mark.parametrize(("command", "make_argv", "place"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_naming_the_place(env, command, make_argv, place, monkeypatch, capsys):
+    status = run_main(command, make_argv(env), monkeypatch)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == EXIT_BAD_INPUT, err
+    assert "Traceback" not in err
+    assert lines and lines[0].startswith("error: "), err
+    assert re.search(place, lines[0]), f"{place!r} not in {lines[0]!r}"
+
+
+def test_there_are_at_least_thirty_cases_over_every_command():
+    assert len(CASES) >= 30
+    commands = {c[1] for c in CASES}
+    assert commands >= {
+        "train/rl.py",
+        "train.recipe",
+        "train.prepare_unit_tests",
+        "train.evaluation",
+        "train.quickstart",
+        "train.bootstrap",
+        "train.ace",
+        "train.export",
+        "executor.run",
+        "data.shapes",
+        "executor.serve",
+    }
