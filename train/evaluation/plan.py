@@ -18,6 +18,7 @@ from data.loaders import DATASETS, load_dataset
 from data.records import Example
 from executor.api.spec import VARIANTS
 from train.evaluation.modes import FEEDBACK, MODES, ModeConfig
+from train.evaluation.seen import check_seen_settings
 from train.prompts import PromptConfig, PromptTemplate
 from train.prompts.prompt_config import LAYOUTS
 
@@ -29,7 +30,7 @@ TEST_MODES = ("unit_test_select", "reprompt_tests")
 
 # Keys that hold lists or mappings: real YAML lists and mappings in a config file; comma text
 # (`a,b`, `name=value,...`) or JSON on the command line. `EvalConfig` keeps them as that text.
-LIST_KEYS = ("adapters", "datasets", "modes", "seeds")
+LIST_KEYS = ("adapters", "datasets", "modes", "seeds", "seen_split")
 PAIR_KEYS = ("data_roots", "splits", "samples")
 SETTING_KEYS = ("self_tuning", "unit_tests", "vllm_kwargs")
 
@@ -53,6 +54,12 @@ class EvalConfig:
         default="", metadata={"help": "mapping dataset name -> the papers' sampling recipe (gqa: gqa_eval, ...)"}
     )
     limit: int = field(default=0, metadata={"help": "at most this many examples per dataset (0 = all)"})
+    seen_from: str = field(
+        default="", metadata={"help": "the training examples (a shapes world or a JSONL): their queries are 'seen'"}
+    )
+    seen_split: str = field(
+        default="", metadata={"help": "list of datasets reported as <name>-unseen and <name>-seen (needs seen_from)"}
+    )
     modes: str = field(default="single", metadata={"help": f"list of inference modes: {', '.join(MODES)}"})
     n_programs: int = field(default=8, metadata={"help": "programs sampled per question (majority, selection)"})
     iterations: int = field(default=2, metadata={"help": "regeneration rounds (reprompt_tests, self_debug)"})
@@ -334,6 +341,7 @@ def check_tools(cfg: EvalConfig, modes: list[ModeConfig]) -> None:
 def validate(cfg: EvalConfig) -> EvalPlan:
     """Every check that needs no model and no executor: fails with a message naming the bad key."""
     datasets = parse_datasets(cfg)
+    check_seen_settings(cfg.seen_from, [s.strip() for s in cfg.seen_split.split(",") if s.strip()], datasets)
     policies = parse_policies(cfg)
     modes = mode_configs(cfg)
     check_tools(cfg, modes)

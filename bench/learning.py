@@ -1,0 +1,221 @@
+"""Does the learning hold up? The quickstart over several seeds, for the correctness reward and the
+label-free unit-test reward with the same step budget. Prints figures; asserts nothing.
+
+    python bench/learning.py [--seeds 0,1,2] [--max_steps 250] [--out runs/learning]
+                             [--rewards correctness,unit_tests]
+
+Per seed: the tiny policy bootstrapped with that seed (`train.bootstrap`, cached per seed), then per
+reward the quickstart's RL and its evaluation before and after on the evaluation world (the
+training families split into queries never trained on and queries that were, the held-out families,
+image-text matching, grounding). Then, per reward and dataset:
+
+- the gain (after − before, points) as mean ± std over seeds and a 95 % interval from a two-level
+  bootstrap (seeds, then questions; `train.evaluation.gains`), without and with the fallback;
+- the exception rate before and after;
+- the label-free reward's gain as a share of the correctness reward's, same seeds and questions;
+- RL wall time of the label-free reward over the correctness reward's, per seed (the unit-test
+  cache is shared, so the first seed writes the tests and the later ones find most of them).
+
+Figures go to `<out>/learning.json` and, as markdown, to the console.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.shapes.tasks import load_shapes_tasks  # noqa: E402
+from train.evaluation.gains import paired_gain, question_scores, share_of_gain  # noqa: E402
+from train.evaluation.seen import seen_queries, split_seen  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = {
+    "correctness": REPO / "configs/quickstart.yaml",
+    "unit_tests": REPO / "configs/quickstart_label_free.yaml",
+}
+VQA = ("shapes:val-unseen", "shapes:val-seen", "shapes:heldout")
+OTHER = ("shapes:winoground", "shapes:sugarcrepe", "shapes:refcoco")
+
+
+def run_seed(seed: int, reward: str, args: argparse.Namespace) -> dict:
+    """The quickstart for one seed and reward; its evaluation report and timing."""
+    from train.quickstart import main as quickstart
+
+    out = Path(args.out)
+    report = quickstart(
+        [
+            "--seed", str(seed),
+            "--policy", str(out / f"policy_seed{seed}"),
+            "--out", str(out / f"seed{seed}"),
+            "--rl_config", str(RECIPES[reward]),
+            "--max_steps", str(args.max_steps),
+            "--eval_world", str(out / "shapes_eval"),
+        ]
+    )  # fmt: skip
+    return {
+        "seed": seed,
+        "reward": reward,
+        "max_steps": args.max_steps,
+        "predictions": str(report["paths"]["predictions"]),
+        "timing": report["timing"],
+        "headline": _headlines(report["results"]),
+        "exceptions": _exceptions(report["results"]),
+        "seen_from": str(out / f"policy_seed{seed}" / "world"),
+    }
+
+
+def _headlines(results: dict) -> dict:
+    from train.evaluation.metrics import headline_value
+
+    return {
+        policy: {
+            mode: {ds: headline_value(seeds[min(seeds)]) for ds, seeds in by_ds.items()} for mode, by_ds in r.items()
+        }
+        for policy, r in results.items()
+    }
+
+
+def _exceptions(results: dict) -> dict:
+    return {
+        policy: {ds: seeds[min(seeds)].rates["exception_rate"] for ds, seeds in r["single"].items()}
+        for policy, r in results.items()
+    }
+
+
+def vqa_scores(run: dict, eval_world: Path, fallback: bool) -> dict[str, tuple[dict, dict]]:
+    """Per VQA dataset: (before, after) per-question scores of one run."""
+    tasks = load_shapes_tasks(eval_world, ["val", "heldout"])
+    data = split_seen(
+        {"shapes:val": tasks["val"], "shapes:heldout": tasks["heldout"]},
+        ["shapes:val"],
+        seen_queries(run["seen_from"]),
+    )
+    out = {}
+    for name in VQA:
+        if name not in data:
+            continue
+        before, after = (
+            question_scores(run["predictions"], data[name], policy, dataset=name, use_fallback=fallback)
+            for policy in ("before_rl", "after_rl")
+        )
+        out[name] = (before, after)
+    return out
+
+
+def summarize(runs: list[dict], eval_world: Path) -> dict:
+    rewards = list(dict.fromkeys(r["reward"] for r in runs))
+    summary: dict = {"seeds": sorted({r["seed"] for r in runs}), "gains": {}, "exceptions": {}, "time": {}}
+    scores = {}
+    for reward in rewards:
+        mine = sorted((r for r in runs if r["reward"] == reward), key=lambda r: r["seed"])
+        for fallback in (False, True):
+            per_run = [vqa_scores(r, eval_world, fallback) for r in mine]
+            scores[reward, fallback] = per_run
+            key = f"{reward}{'+fallback' if fallback else ''}"
+            summary["gains"][key] = {
+                name: paired_gain([p[name][0] for p in per_run], [p[name][1] for p in per_run]).to_json()
+                for name in VQA
+                if all(name in p for p in per_run)
+            }
+            mode = "single+fallback" if fallback else "single"
+            for name in OTHER:
+                if not all(name in r["headline"]["after_rl"][mode] for r in mine):
+                    continue
+                gains = [r["headline"]["after_rl"][mode][name] - r["headline"]["before_rl"][mode][name] for r in mine]
+                summary["gains"][key][name] = {
+                    "mean": statistics.mean(gains),
+                    "std": statistics.stdev(gains) if len(gains) > 1 else 0.0,
+                    "seeds": len(gains),
+                }
+        summary["exceptions"][reward] = {
+            name: {
+                policy: statistics.mean(r["exceptions"][policy][name] for r in mine)
+                for policy in ("before_rl", "after_rl")
+            }
+            for name in (*VQA, *OTHER)
+            if all(name in r["exceptions"]["before_rl"] for r in mine)
+        }
+        summary["time"][reward] = [r["timing"]["rl_s"] for r in mine]
+    if "correctness" in rewards and "unit_tests" in rewards:
+        ref, other = scores["correctness", False], scores["unit_tests", False]
+        name = "shapes:val-unseen"
+        summary["label_free_share"] = share_of_gain(
+            ([p[name][0] for p in ref], [p[name][1] for p in ref]),
+            ([p[name][0] for p in other], [p[name][1] for p in other]),
+        ).to_json()
+        summary["time_ratio"] = [u / c for u, c in zip(summary["time"]["unit_tests"], summary["time"]["correctness"])]
+    return summary
+
+
+def markdown(summary: dict) -> str:
+    lines = [f"seeds {summary['seeds']}; gain in points: mean ± std over seeds [95 % interval]", ""]
+    names = [*VQA, *OTHER]
+    lines.append("| reward | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---|" * len(names))
+    for key, gains in summary["gains"].items():
+        cells = []
+        for name in names:
+            g = gains.get(name)
+            if g is None:
+                cells.append("")
+            elif "low" in g:
+                cells.append(
+                    f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f} [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]"
+                )
+            else:
+                cells.append(f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f}")
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines += ["", "exception rate before → after (mean over seeds):", ""]
+    for reward, rates in summary["exceptions"].items():
+        text = ", ".join(f"{n} {100 * r['before_rl']:.0f}→{100 * r['after_rl']:.0f} %" for n, r in rates.items())
+        lines.append(f"- {reward}: {text}")
+    if "label_free_share" in summary:
+        s = summary["label_free_share"]
+        lines.append(
+            f"\nlabel-free gain as a share of the correctness gain (unseen training-family queries): "
+            f"{100 * s['mean']:.0f} % [{100 * s['low']:.0f}, {100 * s['high']:.0f}]"
+        )
+        ratios = ", ".join(f"{r:.2f}" for r in summary["time_ratio"])
+        lines.append(f"RL wall time, label-free over correctness, per seed: {ratios}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default: 0,1,2)")
+    parser.add_argument("--max_steps", type=int, default=250, help="RL steps for every reward (default: 250)")
+    parser.add_argument("--out", default="runs/learning", help="folder of the policies, runs and figures")
+    parser.add_argument("--rewards", default="correctness,unit_tests", help=f"comma list of {', '.join(RECIPES)}")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    rewards = [r.strip() for r in args.rewards.split(",") if r.strip()]
+    unknown = [r for r in rewards if r not in RECIPES]
+    if unknown:
+        parser.error(f"--rewards: unknown {unknown}; valid: {list(RECIPES)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs_file = out / "runs.jsonl"
+    done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
+    runs = [r for r in done if r["seed"] in seeds and r["reward"] in rewards and r["max_steps"] == args.max_steps]
+    for seed in seeds:
+        for reward in rewards:
+            if any(r["seed"] == seed and r["reward"] == reward for r in runs):
+                continue  # measured by an earlier, interrupted call: kept
+            run = run_seed(seed, reward, args)
+            runs.append(run)
+            with open(runs_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps(run) + "\n")
+    summary = summarize(runs, out / "shapes_eval")
+    summary["max_steps"] = args.max_steps
+    (out / "learning.json").write_text(json.dumps(summary, indent=2))
+    print("\n" + markdown(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
