@@ -200,6 +200,31 @@ def test_fallback_is_reported_separately(world, tasks, runners):
         assert headline_value(with_fb) > headline_value(without)
 
 
+def test_fallback_when_unsure_answers_low_scoring_programs_by_the_fallback(world, tasks, runners):
+    """`fallback_below`: the fallback also answers programs that ran but fail their unit tests (a
+    mutant that answers wrongly), scored by the judge in single mode; gold programs keep theirs."""
+    gold = all_gold(world)
+    policy = ScriptedPolicy(gold, wrong_share=0.7)
+    examples = tasks["val"] + tasks["heldout"]
+    by_id = {e.id: e for e in examples}
+    only_failures = run_mode(context(policy, runners), examples, ModeConfig("single", fallback=True))
+    unsure = run_mode(context(policy, runners), examples, ModeConfig("single", fallback=True, fallback_below=0.6))
+    assert [p.answer for p in unsure] == [p.answer for p in only_failures]  # the no-fallback row is unchanged
+    ran = [p for p in unsure if p.status == "ok"]
+    assert all(p.unit_test_score is not None for p in ran)
+    low = [p for p in ran if p.unit_test_score < 0.6]
+    assert low and all(p.fallback_answer is not None for p in low)
+    assert all(p.fallback_answer is None for p in ran if p.unit_test_score >= 0.6)
+    assert all(p.unit_test_score >= 0.6 for p in ran if p.program.strip() == gold[by_id[p.example_id].query].strip())
+    m = dataset_metrics(examples, unsure, use_fallback=True)
+    assert (
+        m.rates["fallback_rate"] > dataset_metrics(examples, only_failures, use_fallback=True).rates["fallback_rate"]
+    )
+    with pytest.raises(ValueError, match="fallback_below needs fallback on"):
+        ModeConfig("single", fallback_below=0.5)
+    assert ModeConfig("single", fallback=True, fallback_below=0.5).label == "single-unsure0.5"
+
+
 def test_itm_fallback_compares_the_pair_s_two_captions(tasks, runners):
     """The fallback's CLIP-style baseline on image-text matching: the caption against the other
     caption of its pair. Against a neutral alternative it answered "yes" to nearly everything."""

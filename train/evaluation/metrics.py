@@ -62,11 +62,11 @@ class Prediction:
         return cls(**row)
 
     def final_answer(self, use_fallback: bool) -> Any:
-        if self.refused:
-            return None
-        if use_fallback and self.status != "ok" and self.fallback_answer is not None:
+        # fallback_answer is set only where the fallback applies (a failed program; with
+        # fallback_below also a refused or low-scoring one)
+        if use_fallback and self.fallback_answer is not None:
             return self.fallback_answer
-        return self.answer
+        return None if self.refused else self.answer
 
 
 @dataclass
@@ -168,7 +168,7 @@ def dataset_metrics(
 
 
 def _fell_back(p: Prediction) -> bool:
-    return not p.refused and p.status != "ok" and p.fallback_answer is not None
+    return p.fallback_answer is not None
 
 
 def _sugarcrepe(examples: Sequence[Example], scores: Sequence[float]) -> tuple[dict, dict]:

@@ -50,6 +50,9 @@ class ModeConfig:
     refuse_below: float | None = None  # unit_test_select: refuse when the best unit-test score is below
     pass_threshold: float = 1.0  # reprompt_tests: a program below this unit-test score is re-prompted
     fallback: bool = False
+    # With the fallback: also answer by it when unsure, i.e. the program's unit-test score is below
+    # this or its answer was refused (ViUniT's fallback on low scores; the judge scores single programs)
+    fallback_below: float | None = None
 
     def __post_init__(self) -> None:
         if self.name not in MODES:
@@ -58,6 +61,8 @@ class ModeConfig:
             raise ValueError(f"mode {self.name}: feedback {self.feedback!r} is not one of {FEEDBACK}")
         if self.n_programs < 1 or self.iterations < 0:
             raise ValueError(f"mode {self.name}: n_programs must be >= 1 and iterations >= 0")
+        if self.fallback_below is not None and not self.fallback:
+            raise ValueError(f"mode {self.name}: fallback_below needs fallback on")
 
     @property
     def label(self) -> str:
@@ -68,6 +73,8 @@ class ModeConfig:
             parts.append(self.feedback)
         if self.refuse_below is not None:
             parts.append(f"refuse{self.refuse_below:g}")
+        if self.fallback_below is not None:
+            parts.append(f"unsure{self.fallback_below:g}")
         return "-".join(parts)
 
 
@@ -163,7 +170,7 @@ def majority(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig) -> 
 
 
 def unit_test_select(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig) -> list[Prediction]:
-    judge = _need_judge(ctx, cfg)
+    judge = _need_judge(ctx, f"mode {cfg.name}")
     groups, flat_ex, flat_pr = _candidates(ctx, examples, cfg.n_programs)
     flat_scores = judge.scores(flat_ex, flat_pr)
     preds, i = [], 0
@@ -186,7 +193,7 @@ def unit_test_select(ctx: EvalContext, examples: Sequence[Example], cfg: ModeCon
 
 
 def reprompt_tests(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig) -> list[Prediction]:
-    judge = _need_judge(ctx, cfg)
+    judge = _need_judge(ctx, f"mode {cfg.name}")
     programs = [ps[0] for ps in _generate(ctx, examples, 1, ctx.greedy)]
     scores = judge.scores(examples, programs)
     attempts = [1] * len(examples)
@@ -256,9 +263,9 @@ def self_tuning(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig) 
     return [_prediction(e, p, r, attempts=a) for e, p, r, a in zip(examples, programs, results, attempts)]
 
 
-def _need_judge(ctx: EvalContext, cfg: ModeConfig) -> UnitTestJudge:
+def _need_judge(ctx: EvalContext, what: str) -> UnitTestJudge:
     if ctx.judge is None:
-        raise ValueError(f"mode {cfg.name} needs unit tests: configure `unit_tests` in the evaluation config")
+        raise ValueError(f"{what} needs unit tests: configure `unit_tests` in the evaluation config")
     return ctx.judge
 
 
@@ -272,22 +279,40 @@ RUNNERS = {
 }
 
 
-def with_fallback(ctx: EvalContext, examples: Sequence[Example], preds: list[Prediction]) -> list[Prediction]:
-    """Attach the end-to-end tool's answer to every prediction whose program failed to execute."""
+def with_fallback(
+    ctx: EvalContext, examples: Sequence[Example], preds: list[Prediction], below: float | None = None
+) -> list[Prediction]:
+    """Attach the end-to-end tool's answer to every prediction whose program failed to execute and,
+    with `below`, to every refused one and every one whose unit-test score is below it (scored by
+    the judge when the mode did not score it; a query without tests has no score and keeps its
+    program's answer)."""
     if ctx.fallback_program is None:
         raise ValueError("fallback is on but no fallback program is configured")
-    failed = [i for i, p in enumerate(preds) if p.status not in ("ok", "infra_error") and not p.refused]
-    if not failed:
+    preds = list(preds)
+    if below is not None:
+        unscored = [i for i, p in enumerate(preds) if p.status == "ok" and not p.refused and p.unit_test_score is None]
+        if unscored:
+            scores = _need_judge(ctx, "fallback_below").scores(
+                [examples[i] for i in unscored], [preds[i].program for i in unscored]
+            )
+            for i, score in zip(unscored, scores):
+                preds[i] = dataclasses.replace(preds[i], unit_test_score=score)
+    chosen = [
+        i
+        for i, p in enumerate(preds)
+        if (p.status not in ("ok", "infra_error") and not p.refused)
+        or (below is not None and (p.refused or (p.unit_test_score is not None and p.unit_test_score < below)))
+    ]
+    if not chosen:
         return preds
-    sub = [examples[i] for i in failed]
+    sub = [examples[i] for i in chosen]
     results = _run(ctx, sub, [ctx.fallback_program(e) for e in sub])
-    out = list(preds)
-    for i, r in zip(failed, results):
+    for i, r in zip(chosen, results):
         if r.status == "ok":
-            out[i] = Prediction(**{**preds[i].to_json(), "fallback_answer": r.answer})
-    return out
+            preds[i] = dataclasses.replace(preds[i], fallback_answer=r.answer)
+    return preds
 
 
 def run_mode(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig) -> list[Prediction]:
     preds = RUNNERS[cfg.name](ctx, examples, cfg)
-    return with_fallback(ctx, examples, preds) if cfg.fallback else preds
+    return with_fallback(ctx, examples, preds, cfg.fallback_below) if cfg.fallback else preds

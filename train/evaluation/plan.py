@@ -67,6 +67,10 @@ class EvalConfig:
     refuse_below: float | None = field(default=None, metadata={"help": "unit_test_select: refuse below this score"})
     pass_threshold: float = field(default=1.0, metadata={"help": "reprompt_tests: re-prompt below this score"})
     fallback: bool = field(default=False, metadata={"help": "also report numbers with the end-to-end fallback"})
+    fallback_below: float | None = field(
+        default=None,
+        metadata={"help": "the fallback also answers refused programs and those scoring below this on unit tests"},
+    )
     seeds: str = field(default="0", metadata={"help": "list of sampling seeds; every dataset is answered per seed"})
     tools: str = field(default=str(REPO / "configs/tools/shapes.yaml"), metadata={"help": "tool stack YAML"})
     self_tuning: str = field(default="", metadata={"help": "mapping of tool-stack overrides for self-tuning retries"})
@@ -291,6 +295,7 @@ def mode_configs(cfg: EvalConfig) -> list[ModeConfig]:
             refuse_below=cfg.refuse_below if m == "unit_test_select" else None,
             pass_threshold=cfg.pass_threshold,
             fallback=cfg.fallback,
+            fallback_below=cfg.fallback_below,
         )
         for m in names
     ]
@@ -330,11 +335,13 @@ def check_tools(cfg: EvalConfig, modes: list[ModeConfig]) -> None:
             cls.check_settings(**stack_settings(stack, overrides))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"self_tuning: {exc}") from None
-    if any(m.name in TEST_MODES for m in modes):
+    if any(m.name in TEST_MODES or m.fallback_below is not None for m in modes):
         from rewards.unit_tests.reward import unit_tests_reward
 
         if not cfg.unit_tests:
-            raise ValueError(f"modes {', '.join(TEST_MODES)} need `unit_tests` settings (JSON, {{}} for the defaults)")
+            raise ValueError(
+                f"modes {', '.join(TEST_MODES)} and fallback_below need `unit_tests` settings ({{}} for the defaults)"
+            )
         _check_keywords(unit_tests_reward, _json_setting(cfg.unit_tests, "unit_tests"), "unit_tests", ("runner",))
 
 
