@@ -16,7 +16,10 @@
   on a tool stack with lowered detection thresholds (the tuned runner).
 - `fallback` (any mode): a program that fails to execute is answered by the end-to-end tool
   instead (BLIP-2 `simple_query` for VQA, CLIP matching for image-text matching); reported
-  separately, never mixed into the no-fallback numbers.
+  separately, never mixed into the no-fallback numbers. With `fallback_below`, the fallback also
+  answers when the program is unsure: its answer was refused or its unit-test score is below the
+  threshold (ours: ViUniT's refusal rule with the fallback's answer in place of none;
+  docs/references.md#execution-and-errors; single programs are scored by the judge for it).
 
 Every mode works on a whole dataset at once so generation and execution run in large batches.
 """
