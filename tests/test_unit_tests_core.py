@@ -83,3 +83,18 @@ def test_scores_penalties_aggregates_and_modes():
     assert program_score([_r("infra_error")], ["x"], ScoringConfig()) is None
     with pytest.raises(ValueError, match="valid"):
         ScoringConfig(aggregate="average")
+
+
+def test_the_balanced_sampler_keeps_the_expected_answers_even():
+    """Seven candidates expect "yes" and three "no": coverage then farthest-first may keep four
+    "yes" of five, so always answering "yes" passes 80 %; the balanced sampler keeps 3/2 (3/3 of six)."""
+    words = ["red", "blue", "green", "tiny", "huge", "left", "right", "top", "bottom", "middle"]
+    pool = [
+        UnitTest(f"a {w} circle near a {words[-1 - i]} square", "yes" if i < 7 else "no") for i, w in enumerate(words)
+    ]
+    for k, most in ((5, 3), (6, 3), (4, 2)):
+        chosen = sample_tests(pool, k, balance=True)
+        answers = Counter(t.answer for t in chosen)
+        assert len(chosen) == k and max(answers.values()) == most, (k, answers)
+    assert sample_tests(pool, 5, balance=True)[:2] == sample_tests(pool, 5)[:2]  # answer coverage first, as before
+    assert len(sample_tests(pool[:7], 3, balance=True)) == 3  # one answer only: nothing to balance

@@ -30,7 +30,8 @@ from rewards.unit_tests.protocols import ImageGenerator, TestWriter, build_gener
 from rewards.unit_tests.sampler import Embedder, hashing_embedder, random_tests, sample_tests
 from rewards.unit_tests.scoring import ScoringConfig, program_score, unit_test_score
 
-SAMPLERS = ("coverage", "input", "random")  # answers then inputs (ViUniT's best) / inputs only / random
+# answers then inputs (ViUniT's best) / the same keeping the answers even (ours) / inputs only / random
+SAMPLERS = ("coverage", "balanced", "input", "random")
 EMBEDDINGS = ("hashing",)
 
 
@@ -118,7 +119,10 @@ class UnitTestReward:
         k, seed = self.config.num_tests, self.config.seed
         if self.config.sampler == "random":
             return random_tests(candidates, k, seed)
-        return sample_tests(candidates, k, self.embed, use_answers=self.config.sampler == "coverage", seed=seed)
+        sampler = self.config.sampler
+        return sample_tests(
+            candidates, k, self.embed, use_answers=sampler != "input", seed=seed, balance=sampler == "balanced"
+        )
 
     def tests(self, queries: Sequence[str], programs: Sequence[str] | None = None) -> list[list[UnitTest]]:
         """The k sampled tests per query (per program too, when the writer reads programs)."""

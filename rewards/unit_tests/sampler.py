@@ -12,6 +12,7 @@ import hashlib
 import math
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -38,9 +39,18 @@ def hashing_embedder(dim: int = 256) -> Embedder:
 
 
 def sample_tests(
-    tests: Sequence[UnitTest], k: int, embed: Embedder | None = None, use_answers: bool = True, seed: int = 0
+    tests: Sequence[UnitTest],
+    k: int,
+    embed: Embedder | None = None,
+    use_answers: bool = True,
+    seed: int = 0,
+    balance: bool = False,
 ) -> list[UnitTest]:
-    """Pick at most k tests: answer coverage (if `use_answers`), then farthest-first by caption."""
+    """Pick at most k tests: answer coverage (if `use_answers`), then farthest-first by caption.
+    With `balance`, each later pick is the farthest among the candidates whose answer is the least
+    represented so far, so the expected answers stay as even as the candidates allow: a program that
+    always gives the same answer then passes about 1/(number of answers) of the tests, not whatever
+    share of the candidates happened to expect that answer."""
     pool = list(tests)
     if k <= 0 or not pool:
         return []
@@ -58,9 +68,15 @@ def sample_tests(
     vectors = (embed or hashing_embedder())([t.caption for t in pool])
     remaining = [i for i in range(len(pool)) if i not in chosen]
     while len(chosen) < k and remaining:
-        dists = np.linalg.norm(vectors[remaining][:, None, :] - vectors[chosen][None, :, :], axis=-1).min(axis=1)
-        best = int(np.argmax(dists))  # ties go to the earliest-written test
-        chosen.append(remaining.pop(best))
+        eligible = remaining
+        if balance:
+            counts = Counter(pool[i].answer for i in chosen)
+            fewest = min(counts[pool[i].answer] for i in remaining)
+            eligible = [i for i in remaining if counts[pool[i].answer] == fewest]
+        dists = np.linalg.norm(vectors[eligible][:, None, :] - vectors[chosen][None, :, :], axis=-1).min(axis=1)
+        best = eligible[int(np.argmax(dists))]  # ties go to the earliest-written test
+        chosen.append(best)
+        remaining.remove(best)
     return [pool[i] for i in chosen]
 
 
