@@ -2,44 +2,32 @@
 
 With the oracle, a wrong answer is the program's fault, never the tools': it separates program
 errors from perception errors. It looks the scene up by the image's dataset id (GQA `imageId`,
-or the file stem).
+or the file stem). What each call reads from the graph is in docs/oracle.md.
 
 Conventions: an object is "in" a region when at least half of its box lies inside it (a detector
-run on a crop sees objects cut by the border); depth follows the ground-plane cue (an object whose
-bottom edge is lower in the image is nearer), so depth is the API `lower` of the object.
+run on a crop sees objects cut by the border); phrases match names, attributes and relations as
+whole phrases (`oracle_scene`, `phrases`, `lexicon`); depth follows the ground-plane cue (an object
+whose bottom edge is lower in the image is nearer), so the depth of a found object is the API
+`lower` of the object itself; questions are read by `oracle_vqa`, which always answers.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Any
 
-from data.boxes import box_to_top_left, intersection_area
+from data.boxes import box_to_top_left
 from executor.tools.base import ToolBackend
 from executor.tools.calls import ToolCall
-from executor.tools.errors import ToolError, ToolUnavailable
+from executor.tools.errors import ToolUnavailable
 from executor.tools.images import ImageStore
-from executor.tools.phrases import norm_attr, parse_noun_phrase, parse_question, words
-from executor.tools.vocabulary import COLOR_WORDS, MATERIAL_WORDS, SIZE_WORDS
+from executor.tools.inflection import same_noun
+from executor.tools.lexicon import categories_of
+from executor.tools.oracle_scene import SceneObject, View, scene_objects, strip_fillers, tokens
+from executor.tools.oracle_vqa import answer
+from executor.tools.phrases import attribute_phrases, norm_attr, words
 
-
-@dataclass(frozen=True)
-class SceneObject:
-    id: str
-    name: str
-    x0: float
-    y0: float
-    x1: float
-    y1: float  # top-left pixel box
-    attributes: frozenset[str]
-
-    @property
-    def area(self) -> float:
-        return (self.x1 - self.x0) * (self.y1 - self.y0)
-
-    def overlap(self, x0: float, y0: float, x1: float, y1: float) -> float:
-        return intersection_area((self.x0, self.y0, self.x1, self.y1), (x0, y0, x1, y1))
+__all__ = ["OracleBackend", "SceneObject", "one_hot_scores"]
 
 
 class OracleBackend(ToolBackend):
@@ -80,18 +68,7 @@ class OracleBackend(ToolBackend):
             scene = self.scenes[key]
             if hasattr(scene, "to_json"):  # a `data.loaders.gqa.SceneGraph` record
                 scene = scene.to_json()
-            self._objects[key] = [
-                SceneObject(
-                    str(oid),
-                    str(o["name"]).lower(),
-                    o["x"],
-                    o["y"],
-                    o["x"] + o["w"],
-                    o["y"] + o["h"],
-                    frozenset(norm_attr(a) for a in o.get("attributes", ())),
-                )
-                for oid, o in scene["objects"].items()
-            ]
+            self._objects[key] = scene_objects(scene)
         return self._objects[key]
 
     def _region(self, call: ToolCall) -> tuple[float, float, float, float]:
@@ -100,71 +77,40 @@ class OracleBackend(ToolBackend):
             return (0, 0, info.width, info.height)
         return box_to_top_left(call.box, info.height)
 
+    def _view(self, call: ToolCall) -> View:
+        return View(self._scene_objects(call.image), self._region(call), self.min_visible)
+
     def _visible(self, call: ToolCall) -> list[SceneObject]:
-        region = self._region(call)
-        objs = self._scene_objects(call.image)
-        return [o for o in objs if o.area > 0 and o.overlap(*region) >= self.min_visible * o.area]
-
-    def _matching(self, call: ToolCall, phrase: str) -> list[SceneObject]:
-        np_ = parse_noun_phrase(phrase)
-        return [o for o in self._visible(call) if np_.matches(o.name, o.attributes)]
-
-    def _main_object(self, call: ToolCall, phrase: str = "") -> SceneObject | None:
-        """The object a question about the region is about: the named one, else the most visible."""
-        region = self._region(call)
-        candidates = self._matching(call, phrase) if phrase else []
-        candidates = candidates or self._visible(call)
-        return max(candidates, key=lambda o: o.overlap(*region), default=None)
+        return self._view(call).visible
 
     # -- tools -------------------------------------------------------------------------------
     def detect(self, calls: list[ToolCall]) -> list[Any]:
         out = []
         for call in calls:
-            found = sorted(self._matching(call, call.args.get("noun", "")), key=lambda o: (o.x0, o.y0))
+            view = self._view(call)
+            noun = tokens(call.args.get("noun", ""))
+            # A phrase of no content words ("", "the") finds every object, as a generic "object" does.
+            found = view.resolve(noun) if strip_fillers(noun) else list(view.visible)
+            found.sort(key=lambda o: (o.x0, o.y0))
             out.append([{"box": [o.x0, o.y0, o.x1, o.y1], "score": 1.0, "label": o.name} for o in found])
         return out
 
     def verify(self, calls: list[ToolCall]) -> list[Any]:
         out = []
         for call in calls:
-            objs = self._matching(call, call.args.get("object_name", "")) or self._visible(call)
-            wanted = {norm_attr(w) for w in words(call.args.get("property", ""))} - {"made", "of", "a", "an", "the"}
-            out.append(bool(wanted) and any(wanted <= (o.attributes | {o.name}) for o in objs))
+            view = self._view(call)
+            objs = view.resolve(tokens(call.args.get("object_name", ""))) or view.visible
+            prop = tokens(call.args.get("property", ""))
+            out.append(any(view.has(o, prop) for o in objs))
         return out
 
     def vqa(self, calls: list[ToolCall]) -> list[Any]:
         out: list[Any] = []
         for call in calls:
-            answer = self._answer(call, call.args.get("question", ""))
+            reply = answer(self._view(call), call.args.get("question", ""))
             choices = call.args.get("choices")
-            out.append(answer if choices is None else {"answer": answer, "scores": one_hot_scores(answer, choices)})
+            out.append(reply if choices is None else {"answer": reply, "scores": one_hot_scores(reply, choices)})
         return out
-
-    def _answer(self, call: ToolCall, question: str) -> str:
-        q = parse_question(question)
-        if q.kind == "count":
-            return str(len(self._matching(call, q.target)))
-        if q.kind == "exists":
-            return "yes" if self._matching(call, q.target) else "no"
-        obj = self._main_object(call, q.target)
-        if obj is None:
-            return "nothing"
-        if q.kind == "what":
-            return obj.name
-        if q.kind == "shape":
-            return obj.name
-        vocab = {"color": COLOR_WORDS, "size": SIZE_WORDS, "material": MATERIAL_WORDS}.get(q.kind)
-        if vocab is not None:
-            return next((a for a in sorted(obj.attributes) if a in {norm_attr(v) for v in vocab}), "unknown")
-        if q.kind == "verify":
-            return "yes" if norm_attr(q.value) in obj.attributes | {obj.name} else "no"
-        if q.kind == "action":
-            # GQA writes activities as gerund attributes ("standing", "looking").
-            return " and ".join(sorted(a for a in obj.attributes if len(a) > 4 and a.endswith("ing"))) or "nothing"
-        raise ToolError(
-            f"the oracle cannot answer {question!r}: ask about existence, counts, colour, shape, "
-            "size, material, what someone is doing or 'what is this'"
-        )
 
     def caption(self, calls: list[ToolCall]) -> list[Any]:
         out = []
@@ -175,27 +121,38 @@ class OracleBackend(ToolBackend):
         return out
 
     def itm(self, calls: list[ToolCall]) -> list[Any]:
+        """The share of a text's content words that name what the region holds: the objects' names
+        (in any inflection) and the categories covering them, and their attributes."""
         out = []
         for call in calls:
-            known = set()
+            names, known = set(), set()
             for o in self._visible(call):
-                known |= set(o.attributes) | {o.name, *words(o.name)}
+                name = tuple(words(o.name))
+                names |= {*name, *(w for cat in categories_of(name) for w in cat.split())}
+                known |= {w for a in attribute_phrases(o.attributes) for w in a.split()}
             scores = []
             for text in call.args.get("texts", []):
                 content = [norm_attr(w) for w in words(text) if w not in _STOP]
-                scores.append(sum(w in known or w.rstrip("s") in known for w in content) / max(len(content), 1))
+                hits = sum(w in known or any(same_noun(w, n) for n in names) for w in content)
+                scores.append(hits / max(len(content), 1))
             out.append(scores)
         return out
 
     def depth(self, calls: list[ToolCall]) -> list[Any]:
+        """The region's depth: for a patch of one object (what `find` returned), that object's own
+        bottom edge; for any other region, the median bottom edge of the objects in it (its parts'
+        edges would pull a person's depth up to their hair)."""
         out = []
         for call in calls:
             height = self.images.get(call.image).height
-            objs = self._visible(call)
-            if objs:
-                out.append(float(statistics.median(height - o.y1 for o in objs)))
+            view = self._view(call)
+            own = view.own()
+            if own is not None:
+                out.append(float(height - own.y1))
+            elif view.visible:
+                out.append(float(statistics.median(height - o.y1 for o in view.visible)))
             else:
-                out.append(float(height - self._region(call)[3]))
+                out.append(float(height - view.region[3]))
         return out
 
     def llm(self, calls: list[ToolCall]) -> list[Any]:
