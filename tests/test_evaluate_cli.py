@@ -202,6 +202,8 @@ def test_shipped_configs_parse_and_validate(world, tiny, name):
     gqa = name.startswith("gqa_")  # the GPU configs: the fixture stands in for the official GQA download
     if gqa:
         argv += ["--data_roots", f"gqa={REPO / 'tests/fixtures/datasets/gqa'}", "--generator", "hf"]
+    if "seen_from:" in (REPO / "configs" / "eval" / name).read_text():
+        argv += ["--seen_from", str(world)]  # the shipped path is the quickstart's world, absent on a fresh clone
     (cfg,) = parse_config([EvalConfig], [*argv, "--adapters", f"after_rl={tiny[1]}"])
     plan = validate(cfg)
     assert [p.label for p in plan.policies][-1] == "after_rl" and plan.datasets[0] == ("gqa" if gqa else "shapes:val")
