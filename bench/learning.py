@@ -13,8 +13,13 @@ image-text matching, grounding). Then, per reward and dataset:
   bootstrap (seeds, then questions; `train.evaluation.gains`), without and with the fallback;
 - the exception rate before and after;
 - the label-free reward's gain as a share of the correctness reward's, same seeds and questions;
-- RL wall time of the label-free reward over the correctness reward's, per seed (the unit-test
-  cache is shared, so the first seed writes the tests and the later ones find most of them).
+- RL time of the label-free reward over the correctness reward's, per seed: the summed per-step
+  times of the two runs' metrics.jsonl (generation, execution, reward and update; a resumed run's
+  steps count once). The unit-test cache is shared, so the first seed writes the tests and the
+  later ones find most of them.
+
+A record measured under another evaluation config (`configs/eval/shapes_matrix.yaml` changed) is
+evaluated again from its adapter; RL is not repeated.
 
 Figures go to `<out>/learning.json` and, as markdown, to the console.
 """
@@ -25,6 +30,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,6 +44,8 @@ RECIPES = {
     "correctness": REPO / "configs/quickstart.yaml",
     "unit_tests": REPO / "configs/quickstart_label_free.yaml",
 }
+RUN_NAMES = {"correctness": "rl", "unit_tests": "rl_label_free"}  # the quickstart's names per recipe
+EVAL_CONFIG = REPO / "configs/eval/shapes_matrix.yaml"
 VQA = ("shapes:val-unseen", "shapes:val-seen", "shapes:heldout")
 OTHER = ("shapes:winoground", "shapes:sugarcrepe", "shapes:refcoco")
 
@@ -47,6 +55,7 @@ def run_seed(seed: int, reward: str, args: argparse.Namespace) -> dict:
     from train.quickstart import main as quickstart
 
     out = Path(args.out)
+    started = time.time()
     report = quickstart(
         [
             "--seed", str(seed),
@@ -57,16 +66,56 @@ def run_seed(seed: int, reward: str, args: argparse.Namespace) -> dict:
             "--eval_world", str(out / "shapes_eval"),
         ]
     )  # fmt: skip
-    return {
+    record = {
         "seed": seed,
         "reward": reward,
         "max_steps": args.max_steps,
-        "predictions": str(report["paths"]["predictions"]),
         "timing": report["timing"],
-        "headline": _headlines(report["results"]),
-        "exceptions": _exceptions(report["results"]),
+        "run_dir": report["run_dir"],
+        "started": started,
         "seen_from": str(out / f"policy_seed{seed}" / "world"),
     }
+    return _with_evaluation(record, report)
+
+
+def _with_evaluation(record: dict, report: dict) -> dict:
+    """The record with the figures of one evaluation report, stamped with the evaluation config's
+    content so that a record made under another evaluation is evaluated again."""
+    modes = list(next(iter(report["results"].values())))
+    return {
+        **record,
+        "eval_config": EVAL_CONFIG.read_text(),
+        "mode": next(m for m in modes if not m.endswith("+fallback")),
+        "predictions": str(report["paths"]["predictions"]),
+        "headline": _headlines(report["results"]),
+        "exceptions": _exceptions(report["results"]),
+    }
+
+
+def reevaluate(record: dict, args: argparse.Namespace) -> dict:
+    """Evaluate a record's adapter again with today's evaluation config (RL is not repeated)."""
+    from train.quickstart import QuickstartConfig, evaluate_before_after
+
+    out = Path(args.out)
+    policy = out / f"policy_seed{record['seed']}"
+    run_dir = Path(record.get("run_dir") or out / f"seed{record['seed']}" / RUN_NAMES[record["reward"]])
+    cfg = QuickstartConfig(out=str(out / f"seed{record['seed']}"), eval_world=str(out / "shapes_eval"))
+    started = time.time()
+    report = evaluate_before_after(cfg, policy, run_dir / "adapter", run_dir.name)
+    timing = {**record["timing"], "eval_s": time.time() - started}
+    return _with_evaluation({**record, "run_dir": str(run_dir), "timing": timing}, report)
+
+
+def step_seconds(run_dir: str) -> float:
+    """Summed per-step wall time of an RL run from its metrics.jsonl (generation, execution, reward
+    and update), robust to a run resumed from a checkpoint, unlike the wall clock around it."""
+    total = 0.0
+    with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if "step_time" in row:
+                total += float(row["step_time"])
+    return total
 
 
 def _headlines(results: dict) -> dict:
@@ -82,9 +131,13 @@ def _headlines(results: dict) -> dict:
 
 def _exceptions(results: dict) -> dict:
     return {
-        policy: {ds: seeds[min(seeds)].rates["exception_rate"] for ds, seeds in r["single"].items()}
+        policy: {ds: seeds[min(seeds)].rates["exception_rate"] for ds, seeds in r[_plain_mode(r)].items()}
         for policy, r in results.items()
     }
+
+
+def _plain_mode(by_mode: dict) -> str:
+    return next(m for m in by_mode if not m.endswith("+fallback"))
 
 
 def vqa_scores(run: dict, eval_world: Path, fallback: bool) -> dict[str, tuple[dict, dict]]:
@@ -100,7 +153,9 @@ def vqa_scores(run: dict, eval_world: Path, fallback: bool) -> dict[str, tuple[d
         if name not in data:
             continue
         before, after = (
-            question_scores(run["predictions"], data[name], policy, dataset=name, use_fallback=fallback)
+            question_scores(
+                run["predictions"], data[name], policy, run.get("mode", "single"), dataset=name, use_fallback=fallback
+            )
             for policy in ("before_rl", "after_rl")
         )
         out[name] = (before, after)
@@ -122,8 +177,8 @@ def summarize(runs: list[dict], eval_world: Path) -> dict:
                 for name in VQA
                 if all(name in p for p in per_run)
             }
-            mode = "single+fallback" if fallback else "single"
             for name in OTHER:
+                mode = _plain_mode(mine[0]["headline"]["after_rl"]) + ("+fallback" if fallback else "")
                 if not all(name in r["headline"]["after_rl"][mode] for r in mine):
                     continue
                 gains = [r["headline"]["after_rl"][mode][name] - r["headline"]["before_rl"][mode][name] for r in mine]
@@ -140,7 +195,9 @@ def summarize(runs: list[dict], eval_world: Path) -> dict:
             for name in (*VQA, *OTHER)
             if all(name in r["exceptions"]["before_rl"] for r in mine)
         }
-        summary["time"][reward] = [r["timing"]["rl_s"] for r in mine]
+        summary["time"][reward] = [
+            step_seconds(r["run_dir"]) if r.get("run_dir") else r["timing"]["rl_s"] for r in mine
+        ]
     if "correctness" in rewards and "unit_tests" in rewards:
         ref, other = scores["correctness", False], scores["unit_tests", False]
         name = "shapes:val-unseen"
@@ -181,7 +238,7 @@ def markdown(summary: dict) -> str:
             f"{100 * s['mean']:.0f} % [{100 * s['low']:.0f}, {100 * s['high']:.0f}]"
         )
         ratios = ", ".join(f"{r:.2f}" for r in summary["time_ratio"])
-        lines.append(f"RL wall time, label-free over correctness, per seed: {ratios}")
+        lines.append(f"RL step time, label-free over correctness, per seed: {ratios}")
     return "\n".join(lines)
 
 
@@ -202,6 +259,11 @@ def main(argv: list[str] | None = None) -> dict:
     runs_file = out / "runs.jsonl"
     done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
     runs = [r for r in done if r["seed"] in seeds and r["reward"] in rewards and r["max_steps"] == args.max_steps]
+    stale = [r for r in runs if r.get("eval_config") != EVAL_CONFIG.read_text()]
+    for record in stale:  # measured under another evaluation config: its adapter is evaluated again
+        runs[runs.index(record)] = reevaluate(record, args)
+    if stale:
+        runs_file.write_text("".join(json.dumps(r) + "\n" for r in runs))
     for seed in seeds:
         for reward in rewards:
             if any(r["seed"] == seed and r["reward"] == reward for r in runs):

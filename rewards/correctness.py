@@ -35,6 +35,7 @@ from rewards.answer_normalization import answer_to_text, normalize_answer
 
 __all__ = [
     "SOFT_ACCURACY_DATASETS",
+    "answer_kind_error",
     "correctness",
     "exact_match",
     "grounding_scores",
@@ -159,6 +160,35 @@ def grounding_scores(example: Example, answer: Any) -> dict[str, float]:
         return {"iou": 0.0, "acc50": 0.0}
     overlap = iou(predicted, _check_box(example.box, f"Example {example.id!r} box"))
     return {"iou": overlap, "acc50": float(overlap >= IOU_THRESHOLD)}
+
+
+_KINDS = {
+    "grounding": "a box (an ImagePatch)",
+    "itm": "yes or no (or a bool)",
+    "vqa": "text or a number",
+    "video_qa": "text or a number",
+}
+
+
+def answer_kind_error(task: str, answer: Any) -> str | None:
+    """Why `answer` is not an answer to a `task` question at all, or None when it is one.
+
+    A grounding program that returns "yes", or a yes/no program that returns a list of patches, has
+    not answered: evaluation counts it as a `bad_return` (an exception, so the fallback may answer),
+    where `correctness` would only score it 0 like any wrong answer of the right kind.
+    """
+    if task == "grounding":
+        fits = parse_box(answer) is not None
+    elif task == "itm":
+        fits = yes_no(answer) is not None
+    elif task in ("vqa", "video_qa"):
+        fits = answer_to_text(answer) is not None
+    else:
+        raise ValueError(f"no answer kind for task {task!r}")
+    if fits:
+        return None
+    shown = repr(answer)
+    return f"a {task} program must return {_KINDS[task]}; it returned {shown[:80]}{'...' if len(shown) > 80 else ''}"
 
 
 def correctness(example: Example, answer: Any) -> float:

@@ -237,3 +237,28 @@ def test_itm_fallback_compares_the_pair_s_two_captions(tasks, runners):
         answers = [r.answer for r in results]
         accuracy = sum(a == e.answers[0] for a, e in zip(answers, examples)) / len(examples)
         assert "no" in answers and accuracy > 0.6, (name, accuracy)
+
+
+def test_an_answer_of_the_wrong_kind_is_a_bad_return_that_the_fallback_answers(tasks, runners):
+    """A grounding program that returns "yes" and a yes/no program that returns a list of patches
+    ran, but answered nothing: bad_return (an exception), so the fallback answers them. Before, they
+    counted as answers scored 0 and the fallback never saw them."""
+    body = {
+        "refcoco": 'return "yes"',
+        "winoground": 'return image_patch.find("shape")',
+        "val": 'return image_patch.find("shape")[0]',  # a patch for a question: a box, not text
+    }
+    for name, line in body.items():
+        examples = tasks[name][:8]  # two whole Winoground groups
+        program = f"def execute_command(image):\n    image_patch = ImagePatch(image)\n    {line}\n"
+        policy = ScriptedPolicy({e.query: program for e in examples}, wrong_share=0.0)
+        preds = run_mode(context(policy, runners), examples, ModeConfig("single", fallback=True))
+        assert {p.status for p in preds} == {"bad_return"}, (name, [p.error for p in preds])
+        assert all(p.answer is None and "program must return" in p.error for p in preds)
+        assert any(p.fallback_answer is not None for p in preds), name  # none where its detector finds nothing
+        assert dataset_metrics(examples, preds).rates["exception_rate"] == 1.0
+    from rewards.correctness import answer_kind_error
+
+    assert answer_kind_error("grounding", {"box": [0, 0, 4, 4]}) is None
+    assert answer_kind_error("itm", True) is None and answer_kind_error("vqa", 2) is None
+    assert "yes or no" in answer_kind_error("itm", [])

@@ -113,6 +113,27 @@ def _headline(metrics) -> float:
     return headline_value(metrics)
 
 
+def evaluate_before_after(cfg: QuickstartConfig, policy: Path, adapter: Path | str, run_name: str) -> dict:
+    """The evaluation config's report for the policy without and with the RL adapter, on the
+    evaluation world, the policy's training queries counting as seen."""
+    from train.evaluation.pipeline import EvalConfig, evaluate
+    from train.recipe.parsing import parse_config
+
+    (ecfg,) = parse_config(
+        [EvalConfig],
+        [
+            "--config", cfg.eval_config,
+            "--policy", str(policy),
+            "--base_label", "before_rl",
+            "--adapters", f"after_rl={adapter}",
+            "--shapes_root", str(ensure_eval_world(cfg)),
+            "--seen_from", str(Path(policy) / "world"),
+            "--out", str(Path(cfg.out) / "eval" / run_name),
+        ],
+    )  # fmt: skip
+    return evaluate(ecfg)
+
+
 def main(argv: list[str] | None = None) -> dict:
     from train.recipe.parsing import ConfigError, parse_config
 
@@ -154,22 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
     t_rl = time.time()
 
     print("quickstart: 3/3 evaluation before and after RL on a fresh world", flush=True)
-    from train.evaluation.pipeline import EvalConfig, evaluate
-
-    eval_world = ensure_eval_world(cfg)
-    (ecfg,) = parse_config(
-        [EvalConfig],
-        [
-            "--config", cfg.eval_config,
-            "--policy", str(policy),
-            "--base_label", "before_rl",
-            "--adapters", f"after_rl={adapter}",
-            "--shapes_root", str(eval_world),
-            "--seen_from", str(world),
-            "--out", str(Path(cfg.out) / "eval" / run_name),
-        ],
-    )  # fmt: skip
-    report = evaluate(ecfg)
+    report = evaluate_before_after(cfg, policy, adapter, run_name)
     t_eval = time.time()
 
     from train.evaluation.report import markdown

@@ -36,6 +36,7 @@ from data.records import Example
 from executor.results import ExecutionResult
 from executor.runner import SyncRunner
 from rewards.answer_normalization import answer_to_text, normalize_answer
+from rewards.correctness import answer_kind_error
 from train.evaluation.metrics import Prediction
 from train.prompts import PreviousAttempt, completion_to_program
 from train.sampling.generator import Generator, SamplingSettings
@@ -118,7 +119,17 @@ def _generate(
 
 
 def _run(ctx: EvalContext, examples: Sequence[Example], programs: Sequence[str], runner=None) -> list[ExecutionResult]:
-    return (runner or ctx.runner).run(list(zip(examples, programs)))
+    results = (runner or ctx.runner).run(list(zip(examples, programs)))
+    return [_checked_kind(e, r) for e, r in zip(examples, results)]
+
+
+def _checked_kind(example: Example, result: ExecutionResult) -> ExecutionResult:
+    """An answer of the wrong kind for the task (a grounding program returning "yes") is no answer:
+    a bad_return, so it counts as an exception and the fallback may answer it."""
+    if result.status != "ok":
+        return result
+    why = answer_kind_error(example.task, result.answer)
+    return result if why is None else dataclasses.replace(result, status="bad_return", answer=None, error=why)
 
 
 def _prediction(example: Example, program: str, result: ExecutionResult, **extra: Any) -> Prediction:
