@@ -72,6 +72,7 @@ def run_seed(seed: int, reward: str, args: argparse.Namespace) -> dict:
         "max_steps": args.max_steps,
         "timing": report["timing"],
         "run_dir": report["run_dir"],
+        "recipe": RECIPES[reward].read_text(),
         "started": started,
         "seen_from": str(out / f"policy_seed{seed}" / "world"),
     }
@@ -140,6 +141,11 @@ def _plain_mode(by_mode: dict) -> str:
     return next(m for m in by_mode if not m.endswith("+fallback"))
 
 
+def _mode(record: dict, which: str) -> str:
+    plain = _plain_mode(record["headline"]["after_rl"])
+    return plain + "+fallback" if which == "with fallback" else plain
+
+
 def vqa_scores(run: dict, eval_world: Path, fallback: bool) -> dict[str, tuple[dict, dict]]:
     """Per VQA dataset: (before, after) per-question scores of one run."""
     tasks = load_shapes_tasks(eval_world, ["val", "heldout"])
@@ -164,7 +170,13 @@ def vqa_scores(run: dict, eval_world: Path, fallback: bool) -> dict[str, tuple[d
 
 def summarize(runs: list[dict], eval_world: Path) -> dict:
     rewards = list(dict.fromkeys(r["reward"] for r in runs))
-    summary: dict = {"seeds": sorted({r["seed"] for r in runs}), "gains": {}, "exceptions": {}, "time": {}}
+    summary: dict = {
+        "seeds": sorted({r["seed"] for r in runs}),
+        "gains": {},
+        "accuracy": {},
+        "exceptions": {},
+        "time": {},
+    }
     scores = {}
     for reward in rewards:
         mine = sorted((r for r in runs if r["reward"] == reward), key=lambda r: r["seed"])
@@ -194,6 +206,17 @@ def summarize(runs: list[dict], eval_world: Path) -> dict:
             }
             for name in (*VQA, *OTHER)
             if all(name in r["exceptions"]["before_rl"] for r in mine)
+        }
+        summary["accuracy"][reward] = {
+            f"{mode}": {
+                name: {
+                    policy: statistics.mean(r["headline"][policy][_mode(r, mode)][name] for r in mine)
+                    for policy in ("before_rl", "after_rl")
+                }
+                for name in (*VQA, *OTHER)
+                if all(name in r["headline"]["before_rl"][_mode(r, mode)] for r in mine)
+            }
+            for mode in ("programs", "with fallback")
         }
         summary["time"][reward] = [
             step_seconds(r["run_dir"]) if r.get("run_dir") else r["timing"]["rl_s"] for r in mine
@@ -227,6 +250,11 @@ def markdown(summary: dict) -> str:
             else:
                 cells.append(f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f}")
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines += ["", "accuracy before → after (%, mean over seeds):", ""]
+    for reward, by_mode in summary["accuracy"].items():
+        for mode, rates in by_mode.items():
+            text = ", ".join(f"{n} {100 * r['before_rl']:.1f}→{100 * r['after_rl']:.1f}" for n, r in rates.items())
+            lines.append(f"- {reward}, {mode}: {text}")
     lines += ["", "exception rate before → after (mean over seeds):", ""]
     for reward, rates in summary["exceptions"].items():
         text = ", ".join(f"{n} {100 * r['before_rl']:.0f}→{100 * r['after_rl']:.0f} %" for n, r in rates.items())
@@ -259,6 +287,11 @@ def main(argv: list[str] | None = None) -> dict:
     runs_file = out / "runs.jsonl"
     done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
     runs = [r for r in done if r["seed"] in seeds and r["reward"] in rewards and r["max_steps"] == args.max_steps]
+    changed = [r for r in runs if r.get("recipe") != RECIPES[r["reward"]].read_text()]
+    for r in changed:  # trained with another version of its recipe: not comparable, trained again
+        print(f"learning: seed {r['seed']} {r['reward']} was trained with another recipe; move {r['run_dir']} away")
+    if changed:
+        sys.exit("learning: runs trained with an older recipe would resume from their checkpoints; move them first")
     stale = [r for r in runs if r.get("eval_config") != EVAL_CONFIG.read_text()]
     for record in stale:  # measured under another evaluation config: its adapter is evaluated again
         runs[runs.index(record)] = reevaluate(record, args)

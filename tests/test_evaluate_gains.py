@@ -123,3 +123,23 @@ def test_the_learning_bench_summarizes_runs(tmp_path):
     assert "shapes:winoground" in summary["gains"]["unit_tests+fallback"]
     assert 0 < summary["label_free_share"]["mean"] < 1 and summary["time_ratio"] == [1.2, 1.2]
     assert "label-free gain as a share" in learning.markdown(summary)
+
+
+def test_the_learning_bench_times_steps_and_refuses_runs_of_an_older_recipe(tmp_path):
+    """RL time comes from the per-step logs (a run resumed from a checkpoint is not timed from its
+    wall clock), and a run trained with another version of its recipe is not mixed in: the bench
+    stops before quickstart would resume it from its checkpoints."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learning", "bench/learning.py")
+    learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning)
+    run = tmp_path / "seed0" / "rl"
+    run.mkdir(parents=True)
+    rows = [{"step": 1, "step_time": 1.5}, {"step": 2, "step_time": 2.0}, {"train_runtime": 99.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert learning.step_seconds(str(run)) == 3.5
+    record = {"seed": 0, "reward": "correctness", "max_steps": 5, "run_dir": str(run), "recipe": "an older recipe"}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(record) + "\n")
+    with pytest.raises(SystemExit, match="older recipe"):
+        learning.main(["--out", str(tmp_path), "--seeds", "0", "--rewards", "correctness", "--max_steps", "5"])
