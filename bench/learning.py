@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
     done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
     runs = [r for r in done if r["seed"] in seeds and r["reward"] in rewards and r["max_steps"] == args.max_steps]
     changed = [r for r in runs if r.get("recipe") != RECIPES[r["reward"]].read_text()]
-    for r in changed:  # trained with another version of its recipe: not comparable, trained again
+    for r in changed:  # trained with another version of its recipe: not comparable
         print(f"learning: seed {r['seed']} {r['reward']} was trained with another recipe; move {r['run_dir']} away")
     if changed:
         sys.exit("learning: runs trained with an older recipe would resume from their checkpoints; move them first")
