@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.shapes.tasks import load_shapes_tasks  # noqa: E402
@@ -72,11 +74,16 @@ def run_seed(seed: int, reward: str, args: argparse.Namespace) -> dict:
         "max_steps": args.max_steps,
         "timing": report["timing"],
         "run_dir": report["run_dir"],
-        "recipe": RECIPES[reward].read_text(),
+        "recipe": settings_of(RECIPES[reward]),
         "started": started,
         "seen_from": str(out / f"policy_seed{seed}" / "world"),
     }
     return _with_evaluation(record, report)
+
+
+def settings_of(path: Path) -> str:
+    """A config's settings as canonical JSON: what a run is stamped with (comments do not count)."""
+    return json.dumps(yaml.safe_load(path.read_text()), sort_keys=True)
 
 
 def _with_evaluation(record: dict, report: dict) -> dict:
@@ -85,7 +92,7 @@ def _with_evaluation(record: dict, report: dict) -> dict:
     modes = list(next(iter(report["results"].values())))
     return {
         **record,
-        "eval_config": EVAL_CONFIG.read_text(),
+        "eval_config": settings_of(EVAL_CONFIG),
         "mode": next(m for m in modes if not m.endswith("+fallback")),
         "predictions": str(report["paths"]["predictions"]),
         "headline": _headlines(report["results"]),
@@ -287,12 +294,12 @@ def main(argv: list[str] | None = None) -> dict:
     runs_file = out / "runs.jsonl"
     done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
     runs = [r for r in done if r["seed"] in seeds and r["reward"] in rewards and r["max_steps"] == args.max_steps]
-    changed = [r for r in runs if r.get("recipe") != RECIPES[r["reward"]].read_text()]
+    changed = [r for r in runs if r.get("recipe") != settings_of(RECIPES[r["reward"]])]
     for r in changed:  # trained with another version of its recipe: not comparable
         print(f"learning: seed {r['seed']} {r['reward']} was trained with another recipe; move {r['run_dir']} away")
     if changed:
         sys.exit("learning: runs trained with an older recipe would resume from their checkpoints; move them first")
-    stale = [r for r in runs if r.get("eval_config") != EVAL_CONFIG.read_text()]
+    stale = [r for r in runs if r.get("eval_config") != settings_of(EVAL_CONFIG)]
     for record in stale:  # measured under another evaluation config: its adapter is evaluated again
         runs[runs.index(record)] = reevaluate(record, args)
     if stale:
