@@ -31,6 +31,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -52,12 +53,14 @@ VQA = ("shapes:val-unseen", "shapes:val-seen", "shapes:heldout")
 OTHER = ("shapes:winoground", "shapes:sugarcrepe", "shapes:refcoco")
 
 
-def run_seed(seed: int, reward: str, args: argparse.Namespace) -> dict:
-    """The quickstart for one seed and reward; its evaluation report and timing."""
+def run_seed(seed: int, reward: str, args: argparse.Namespace, variant: Variant | None = None) -> dict:
+    """The quickstart for one seed and reward (or an ablation of its recipe); its evaluation
+    report and timing."""
     from train.quickstart import main as quickstart
 
     out = Path(args.out)
     started = time.time()
+    extra = ["--rl_args", variant.rl_args, "--run_name", f"{RUN_NAMES[reward]}_{variant.name}"] if variant else []
     report = quickstart(
         [
             "--seed", str(seed),
@@ -66,19 +69,48 @@ def run_seed(seed: int, reward: str, args: argparse.Namespace) -> dict:
             "--rl_config", str(RECIPES[reward]),
             "--max_steps", str(args.max_steps),
             "--eval_world", str(out / "shapes_eval"),
+            *extra,
         ]
     )  # fmt: skip
     record = {
         "seed": seed,
-        "reward": reward,
+        "reward": variant.label if variant else reward,
         "max_steps": args.max_steps,
         "timing": report["timing"],
         "run_dir": report["run_dir"],
-        "recipe": settings_of(RECIPES[reward]),
+        "recipe": stamp(reward, variant),
         "started": started,
         "seen_from": str(out / f"policy_seed{seed}" / "world"),
     }
     return _with_evaluation(record, report)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An ablation: one reward's recipe with more train.rl arguments (`NAME=REWARD:ARGS`)."""
+
+    name: str
+    reward: str
+    rl_args: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.reward}+{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        name, sep, rest = text.partition("=")
+        reward, sep2, rl_args = rest.partition(":")
+        if not (sep and sep2 and name.isidentifier() and rl_args.strip()):
+            raise ValueError(f"--variant {text!r}: expected NAME=REWARD:ARGS, e.g. kl=correctness:--beta 0.04")
+        if reward not in RECIPES:
+            raise ValueError(f"--variant {text!r}: unknown reward {reward!r}; valid: {list(RECIPES)}")
+        return cls(name, reward, rl_args.strip())
+
+
+def stamp(reward: str, variant: Variant | None = None) -> str:
+    """What a run is stamped with: its recipe's settings and an ablation's arguments."""
+    return settings_of(RECIPES[reward]) + (f" {variant.rl_args}" if variant else "")
 
 
 def settings_of(path: Path) -> str:
@@ -100,13 +132,18 @@ def _with_evaluation(record: dict, report: dict) -> dict:
     }
 
 
+def _stamp_of(label: str, variants: dict[str, Variant]) -> str:
+    variant = variants.get(label)
+    return stamp(variant.reward, variant) if variant else stamp(label)
+
+
 def reevaluate(record: dict, args: argparse.Namespace) -> dict:
     """Evaluate a record's adapter again with today's evaluation config (RL is not repeated)."""
     from train.quickstart import QuickstartConfig, evaluate_before_after
 
     out = Path(args.out)
     policy = out / f"policy_seed{record['seed']}"
-    run_dir = Path(record.get("run_dir") or out / f"seed{record['seed']}" / RUN_NAMES[record["reward"]])
+    run_dir = Path(record["run_dir"])
     cfg = QuickstartConfig(out=str(out / f"seed{record['seed']}"), eval_world=str(out / "shapes_eval"))
     started = time.time()
     report = evaluate_before_after(cfg, policy, run_dir / "adapter", run_dir.name)
@@ -283,7 +320,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max_steps", type=int, default=250, help="RL steps for every reward (default: 250)")
     parser.add_argument("--out", default="runs/learning", help="folder of the policies, runs and figures")
     parser.add_argument("--rewards", default="correctness,unit_tests", help=f"comma list of {', '.join(RECIPES)}")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="an ablation NAME=REWARD:ARGS run beside the rewards, e.g. 'kl=correctness:--beta 0.04' (repeatable)",
+    )
     args = parser.parse_args(argv)
+    try:
+        variants = {v.label: v for v in map(Variant.parse, args.variant)}
+    except ValueError as err:
+        parser.error(str(err))
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     rewards = [r.strip() for r in args.rewards.split(",") if r.strip()]
     unknown = [r for r in rewards if r not in RECIPES]
@@ -293,22 +340,25 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     runs_file = out / "runs.jsonl"
     done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
-    runs = [r for r in done if r["seed"] in seeds and r["reward"] in rewards and r["max_steps"] == args.max_steps]
-    changed = [r for r in runs if r.get("recipe") != settings_of(RECIPES[r["reward"]])]
+    labels = [*rewards, *variants]
+    runs = [r for r in done if r["seed"] in seeds and r["reward"] in labels and r["max_steps"] == args.max_steps]
+    changed = [r for r in runs if r.get("recipe") != _stamp_of(r["reward"], variants)]
     for r in changed:  # trained with another version of its recipe: not comparable
         print(f"learning: seed {r['seed']} {r['reward']} was trained with another recipe; move {r['run_dir']} away")
     if changed:
         sys.exit("learning: runs trained with an older recipe would resume from their checkpoints; move them first")
     stale = [r for r in runs if r.get("eval_config") != settings_of(EVAL_CONFIG)]
     for record in stale:  # measured under another evaluation config: its adapter is evaluated again
-        runs[runs.index(record)] = reevaluate(record, args)
+        fresh = reevaluate(record, args)
+        runs[runs.index(record)] = done[done.index(record)] = fresh
     if stale:
-        runs_file.write_text("".join(json.dumps(r) + "\n" for r in runs))
+        runs_file.write_text("".join(json.dumps(r) + "\n" for r in done))
     for seed in seeds:
-        for reward in rewards:
-            if any(r["seed"] == seed and r["reward"] == reward for r in runs):
+        for label in labels:
+            if any(r["seed"] == seed and r["reward"] == label for r in runs):
                 continue  # measured by an earlier, interrupted call: kept
-            run = run_seed(seed, reward, args)
+            variant = variants.get(label)
+            run = run_seed(seed, variant.reward if variant else label, args, variant)
             runs.append(run)
             with open(runs_file, "a", encoding="utf-8") as f:
                 f.write(json.dumps(run) + "\n")

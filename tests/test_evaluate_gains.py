@@ -80,15 +80,11 @@ def test_the_learning_bench_summarizes_runs(tmp_path):
     """bench/learning.py's summary over two seeds and both rewards, from evaluations of scripted
     policies (the after-RL policy makes fewer mistakes with the correctness reward than with the
     label-free one), so the signs and the share are known."""
-    import importlib.util
-
     from evaluate_helpers import ScriptedPolicy, all_gold, build_world
 
     from train.evaluation.pipeline import EvalConfig, evaluate
 
-    spec = importlib.util.spec_from_file_location("learning", "bench/learning.py")
-    learning = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learning)
+    learning = _learning_bench()
     world = tmp_path / "world"
     build_world(world, val=16)
     gold = all_gold(world)
@@ -129,11 +125,7 @@ def test_the_learning_bench_times_steps_and_refuses_runs_of_an_older_recipe(tmp_
     """RL time comes from the per-step logs (a run resumed from a checkpoint is not timed from its
     wall clock), and a run trained with another version of its recipe is not mixed in: the bench
     stops before quickstart would resume it from its checkpoints."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("learning", "bench/learning.py")
-    learning = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learning)
+    learning = _learning_bench()
     run = tmp_path / "seed0" / "rl"
     run.mkdir(parents=True)
     rows = [{"step": 1, "step_time": 1.5}, {"step": 2, "step_time": 2.0}, {"train_runtime": 99.0}]
@@ -143,3 +135,25 @@ def test_the_learning_bench_times_steps_and_refuses_runs_of_an_older_recipe(tmp_
     (tmp_path / "runs.jsonl").write_text(json.dumps(record) + "\n")
     with pytest.raises(SystemExit, match="older recipe"):
         learning.main(["--out", str(tmp_path), "--seeds", "0", "--rewards", "correctness", "--max_steps", "5"])
+
+
+def test_the_learning_bench_reads_an_ablation_and_refuses_a_malformed_one():
+    learning = _learning_bench()
+    kl = learning.Variant.parse("kl=correctness:--beta 0.04")
+    assert (kl.label, kl.rl_args) == ("correctness+kl", "--beta 0.04")
+    assert learning.stamp("correctness", kl).endswith(" --beta 0.04")
+    for bad in ("kl=correctness", "kl=nope:--beta 0.04", "k l=correctness:--beta 1", "=correctness:--beta 1"):
+        with pytest.raises(ValueError, match="--variant"):
+            learning.Variant.parse(bad)
+
+
+def _learning_bench():
+    """bench/learning.py as a module (registered first: its dataclasses look their module up)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("learning_bench", "bench/learning.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["learning_bench"] = module
+    spec.loader.exec_module(module)
+    return module

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,12 @@ class QuickstartConfig:
     eval_seed: int = field(default=1, metadata={"help": "seed of the evaluation world, apart from the training one"})
     max_steps: int = field(default=0, metadata={"help": "RL steps (0: the recipe's)"})
     skip_bootstrap: bool = field(default=False, metadata={"help": "use `policy` as it is (any causal LM folder)"})
+    rl_args: str = field(
+        default="", metadata={"help": "more train.rl arguments, e.g. '--beta 0.04' (an ablation of the recipe)"}
+    )
+    run_name: str = field(
+        default="", metadata={"help": "name of the RL run's folder under `out` (default: the recipe's)"}
+    )
 
 
 def ensure_eval_world(cfg: QuickstartConfig) -> Path:
@@ -160,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
     print("quickstart: 2/3 RL on the shapes world (GRPO, LoRA, sandboxed executor, shapes tools)", flush=True)
     from train.rl import main as rl_main
 
-    run_name = Path(cfg.rl_config).stem.replace("quickstart", "rl").strip("_") or "rl"
+    run_name = cfg.run_name or Path(cfg.rl_config).stem.replace("quickstart", "rl").strip("_") or "rl"
     run_dir = Path(cfg.out) / run_name
     rl_args = [
         "--config", cfg.rl_config,
@@ -171,6 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
     ]  # fmt: skip
     if cfg.max_steps:
         rl_args += ["--max_steps", str(cfg.max_steps)]
+    rl_args += shlex.split(cfg.rl_args)
     adapter = rl_main(rl_args)
     t_rl = time.time()
 
