@@ -185,7 +185,8 @@ def test_evaluation_and_stanic_place_the_policy_like_training(tmp_path, fitted, 
     from transformers import AutoModelForCausalLM
 
     from train.ace.stanic import stanic_generator
-    from train.evaluation.plan import EvalConfig, Policy
+    from train.evaluation.config import EvalConfig
+    from train.evaluation.plan import Policy
     from train.evaluation.session import policy_generator
     from train.recipe.sections import PolicyArgs
 
@@ -217,7 +218,8 @@ def test_evaluation_samples_with_vllm_where_it_can(tmp_path, fitted, monkeypatch
 
     import torch
 
-    from train.evaluation.plan import EvalConfig, Policy, choose_generator
+    from train.evaluation.config import EvalConfig
+    from train.evaluation.plan import Policy, choose_generator
     from train.evaluation.session import policy_generator
     from train.sampling import vllm_engine
 
@@ -334,7 +336,8 @@ def test_self_tuning_on_the_hf_stack_can_be_configured():
     one free-form mapping, so `{"detect": ...}` was refused as unknown on the paper stacks. Now each
     backend checks its own settings, and a tool's section is merged, not replaced."""
     from executor.tools.stack import read_tool_stack, stack_settings
-    from train.evaluation.plan import EvalConfig, check_tools, mode_configs
+    from train.evaluation.config import EvalConfig
+    from train.evaluation.plan import check_tools, mode_configs
 
     stack = str(REPO / "configs/tools/viunit.yaml")
     cfg = EvalConfig(tools=stack, modes="self_tuning", self_tuning='{"detect": {"box_threshold": 0.1}}')

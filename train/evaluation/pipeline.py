@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from data.records import Example
+from train.evaluation.config import EvalConfig
 from train.evaluation.metrics import DatasetMetrics, dataset_metrics
 from train.evaluation.plan import (
-    EvalConfig,
     EvalPlan,
     Policy,
     check_context,
