@@ -116,6 +116,17 @@ def as_user_turn(tokenizer: Any, prompt: str, enabled: bool) -> str:
     return prompt
 
 
+def prompt_token_ids(tokenizer: Any, prompts: Sequence[str], chat_template: bool) -> list[list[int]]:
+    """Each prompt as token ids, encoded as the transformers backend encodes them. Handed text, a
+    server tokenizes it with special tokens, and a rendered chat template already starts with its
+    BOS (two BOS); ids leave nothing to add."""
+    templated = chat_template and getattr(tokenizer, "chat_template", None)
+    return [
+        list(tokenizer(as_user_turn(tokenizer, p, chat_template), add_special_tokens=not templated)["input_ids"])
+        for p in prompts
+    ]
+
+
 @contextlib.contextmanager
 def seeded(seed: int, device: Any) -> Iterator[None]:
     """Seed torch's RNG for one generate call without disturbing the caller's random state."""
@@ -202,14 +213,8 @@ class VllmBackend:
         from vllm import SamplingParams
 
         engine = self.engine
-        tok = engine.get_tokenizer()
-        templated = self.settings.chat_template and getattr(tok, "chat_template", None)
-        texts = [as_user_turn(tok, p, self.settings.chat_template) for p in prompts]
-        # Token ids, encoded as the transformers backend encodes them: handed text, vLLM tokenizes it
-        # with special tokens, and a rendered chat template already starts with its BOS (two BOS).
-        token_prompts = [
-            {"prompt_token_ids": list(tok(t, add_special_tokens=not templated)["input_ids"])} for t in texts
-        ]
+        ids = prompt_token_ids(engine.get_tokenizer(), prompts, self.settings.chat_template)
+        token_prompts = [{"prompt_token_ids": one} for one in ids]
         params = SamplingParams(
             n=1 if sampling.greedy else sampling.n,
             temperature=sampling.temperature,
@@ -219,7 +224,7 @@ class VllmBackend:
             seed=sampling.seed,
             stop=list(sampling.stop) or None,
         )
-        outputs = engine.generate(token_prompts, params, use_tqdm=len(texts) > 1)
+        outputs = engine.generate(token_prompts, params, use_tqdm=len(prompts) > 1)
         return [[c.text for c in out.outputs] for out in outputs]
 
 
@@ -241,12 +246,7 @@ class ServerBackend:
         return self._tokenizer
 
     def generate(self, prompts: Sequence[str], sampling: SamplingSettings) -> list[list[str]]:
-        tok = self.tokenizer
-        templated = self.settings.chat_template and getattr(tok, "chat_template", None)
-        ids = [
-            list(tok(as_user_turn(tok, p, self.settings.chat_template), add_special_tokens=not templated)["input_ids"])
-            for p in prompts
-        ]
+        ids = prompt_token_ids(self.tokenizer, prompts, self.settings.chat_template)
         n = 1 if sampling.greedy else sampling.n
         body = {
             "model": self.settings.model,
