@@ -47,7 +47,6 @@ RECIPES = {
     "correctness": REPO / "configs/quickstart.yaml",
     "unit_tests": REPO / "configs/quickstart_label_free.yaml",
 }
-RUN_NAMES = {"correctness": "rl", "unit_tests": "rl_label_free"}  # the quickstart's names per recipe
 EVAL_CONFIG = REPO / "configs/eval/shapes_matrix.yaml"
 VQA = ("shapes:val-unseen", "shapes:val-seen", "shapes:heldout")
 OTHER = ("shapes:winoground", "shapes:sugarcrepe", "shapes:refcoco")
@@ -60,7 +59,7 @@ def run_seed(seed: int, reward: str, args: argparse.Namespace, variant: Variant 
 
     out = Path(args.out)
     started = time.time()
-    extra = ["--rl_args", variant.rl_args, "--run_name", f"{RUN_NAMES[reward]}_{variant.name}"] if variant else []
+    extra = ["--rl_args", variant.rl_args, "--run_name", f"{reward}_{variant.name}"] if variant else []
     report = quickstart(
         [
             "--seed", str(seed),
