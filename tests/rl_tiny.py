@@ -36,9 +36,11 @@ def build_world(root: Path) -> Path:
     return root
 
 
-def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0) -> Path:
+def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0, tail: str | None = None) -> Path:
     """A 2-layer Llama (hidden 64) with `train.policy.tiny`'s BPE tokenizer trained on the world's
-    prompts and gold programs, fitted briefly on them; saved as a model folder."""
+    prompts and gold programs, fitted briefly on them; saved as a model folder. With `tail`, every
+    other program is followed by `tail` instead of EOS, as a code LLM writes on past the function
+    (the next query), so that the stop sequences have something to cut."""
     import torch
 
     from data.shapes import load_gold_programs
@@ -54,16 +56,19 @@ def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0) -> 
         prompt = template.build(ex.query)
         body = gold[ex.query].split("\n", 1)[1]  # the body after `def execute_command(image):`
         pairs.append((prompt, "\n" + body))
-    fast = train_tokenizer([p + c for p, c in pairs] * 3, vocab_size=500, context=1024)
+    fast = train_tokenizer([p + c + (tail or "") for p, c in pairs] * 3, vocab_size=500, context=1024)
     sizes = TinyModelConfig(
         vocab_size=500, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, context=1024
     )
     model = build_model(fast, sizes, seed=seed)
     # One padded batch of every (prompt, gold body) pair; the loss covers the body and EOS only.
     seqs = []
-    for prompt, body in pairs:
+    for i, (prompt, body) in enumerate(pairs):
         p = fast(prompt)["input_ids"]
-        c = fast(body, add_special_tokens=False)["input_ids"] + [fast.eos_token_id]
+        if tail is not None and i % 2:
+            c = fast(body + tail, add_special_tokens=False)["input_ids"]
+        else:
+            c = fast(body, add_special_tokens=False)["input_ids"] + [fast.eos_token_id]
         seqs.append((p + c, len(p)))
     width = max(len(ids) for ids, _ in seqs)
     x = torch.full((len(seqs), width), fast.pad_token_id)
@@ -107,8 +112,12 @@ class FakeVLLMGeneration:
     TAIL = "\n# Is there a red circle?\ndef execute_command(image) -> str:\n    return 'no'\n"
 
     def __init__(self, model, accelerator, processing_class, **kwargs):
-        self.tokenizer, self.kwargs, self.calls, self.synced = processing_class, kwargs, 0, 0
+        self.model, self.tokenizer, self.kwargs, self.calls, self.synced = model, processing_class, kwargs, 0, 0
         self.raw_lengths: list[int] = []
+        if (kwargs.get("top_p") or 1.0) < 1.0 or (kwargs.get("top_k") or 0) > 0:
+            # vLLM reports log-probs renormalised over what top-p / top-k kept; a scripted token may lie
+            # outside it, which a real sampler could never have drawn.
+            raise ValueError("FakeVLLMGeneration scripts its completions: use top_p 1.0 and top_k 0")
         FakeVLLMGeneration.instances.append(self)
 
     def sync_weights(self):
@@ -121,5 +130,15 @@ class FakeVLLMGeneration:
             text = self.BODIES[i % len(self.BODIES)] + self.TAIL
             completions.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         self.raw_lengths += [len(c) for c in completions]
-        logprobs = [[[0.0] for _ in c] for c in completions]
+        logprobs = [[[lp] for lp in self._logprobs(p, c)] for p, c in zip(prompts, completions, strict=True)]
         return prompts, completions, logprobs, [[[t] for t in c] for c in completions]
+
+    def _logprobs(self, prompt: list[int], completion: list[int]) -> list[float]:
+        """What vLLM reports for these tokens with no truncation: the policy's temperature-scaled
+        log-probabilities (the scripted completions are forced, not drawn)."""
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([list(prompt) + completion])).logits[0, len(prompt) - 1 : -1]
+        logp = (logits.float() / self.kwargs["temperature"]).log_softmax(-1)
+        return logp.gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1).tolist()

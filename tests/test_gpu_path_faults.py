@@ -96,13 +96,21 @@ def test_a_program_cut_at_its_stop_sequence_ends_with_eos(tmp_path, fitted, monk
     monkeypatch.setattr(train.recipe.checks, "require_vllm", lambda key: None)  # vLLM is not installed here
     FakeVLLMGeneration.instances.clear()
     recipe = _recipe(
-        tmp_path, fitted, max_steps=1, use_vllm=True, vllm_mode="colocate", vllm_importance_sampling_correction=True
+        tmp_path,
+        fitted,
+        max_steps=1,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_importance_sampling_correction=True,
+        top_p=1.0,
     )
     main(["--config", str(recipe)])
     (step,) = [m for m in _metrics(tmp_path / "run") if "loss" in m]
     assert step["completions/clipped_ratio"] == 0.0
     assert step["completions/mean_terminated_length"] == step["completions/mean_length"]
     assert math.isfinite(step["loss"])
+    # the appended EOS is no sampled token: it stays out of vLLM's importance weight (#24, fault 1)
+    assert step["sampling/importance_sampling_ratio/min"] == pytest.approx(1.0, abs=1e-4)
 
 
 def _wandb_warnings(run: Path) -> str:

@@ -158,6 +158,7 @@ def test_vllm_path_with_a_fake_engine(tmp_path, assets, monkeypatch):
         use_vllm=True,
         vllm_mode="colocate",
         vllm_importance_sampling_correction=False,
+        top_p=1.0,  # the fake scripts its completions
     )
     train.rl.main(["--config", str(recipe)])
     (engine,) = FakeVLLMGeneration.instances

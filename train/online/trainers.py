@@ -32,6 +32,13 @@ from trl import GRPOTrainer, RLOOTrainer
 
 from rewards.groups import zero_variance_groups
 from rewards.trl_adapter import TrlRewardAdapter
+from train.online.sampler_logprobs import (
+    NOT_SAMPLED,
+    SamplerFilters,
+    check_correctable,
+    completion_kept_log_mass,
+    untruncate,
+)
 
 
 def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str]) -> int:
@@ -61,6 +68,7 @@ class ProgramTrainerMixin:
     overlap_execution: bool = False
     completions_at: int  # where `_generate` returns the completions (trl's tuples differ per trainer)
     _last_rewards_per_func: torch.Tensor | None = None
+    _sampler_filters: SamplerFilters = SamplerFilters()
     _batch_inputs: list[dict[str, Any]] | None = None
 
     def setup_program_training(
@@ -76,6 +84,9 @@ class ProgramTrainerMixin:
         self.filter_zero_variance = filter_zero_variance
         self.reward_adapter = reward_adapter
         self.overlap_execution = overlap_execution and reward_adapter is not None
+        self._sampler_filters = SamplerFilters.of(self)
+        if self._corrects_vllm_sampling:
+            check_correctable(self)
 
     def _generate(self, prompts):
         out = super()._generate(prompts)
@@ -94,26 +105,44 @@ class ProgramTrainerMixin:
             self.reward_adapter.prefetch(prompts, completions, [x[column] for x in inputs], loop)
         return out
 
-    def _generate_single_turn(self, *args, **kwargs):
-        out = super()._generate_single_turn(*args, **kwargs)
-        if not self.stop_sequences:
-            return out
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+        out = super()._generate_single_turn(prompt_ids, *args, **kwargs)
         ids, logprobs = out if isinstance(out, tuple) else (out, None)
+        if logprobs is not None and self._corrects_vllm_sampling and self._sampler_filters.truncates:
+            # vLLM's log-probabilities are renormalised over the nucleus, the trainer's are not.
+            mass = completion_kept_log_mass(
+                self.model,
+                prompt_ids,
+                ids,
+                self._sampler_filters,
+                self._tokenizer.pad_token_id,
+                self.args.per_device_train_batch_size,
+                self.accelerator.autocast(),
+            )
+            logprobs = untruncate(logprobs, mass)
+        if not self.stop_sequences:
+            return (ids, logprobs) if isinstance(out, tuple) else ids
         keep = [stop_length(seq, self._tokenizer, self.stop_sequences) for seq in ids]
         cut = [list(seq[:k]) for seq, k in zip(ids, keep, strict=True)]
         if logprobs is not None:
             logprobs = [list(lp[:k]) for lp, k in zip(logprobs, keep, strict=True)]
         # A program that ended at a stop sequence ended: it gets the EOS the stop rule stands for, so
-        # trl does not count it as clipped and the policy learns to end there. Under the sampler
-        # (model plus stop rule) that end was certain: its sampling log-probability is 0.
+        # trl does not count it as clipped and the policy learns to end there (the EOS is trained like
+        # the program's other tokens, on both generation paths). The sampler never drew it, so it has
+        # no sampling log-probability: NOT_SAMPLED keeps it out of vLLM's importance-sampling weight,
+        # which a 0 would have scaled by p(EOS | program), ~3e-4 for a code model.
         eos = self._tokenizer.eos_token_id
         for i, seq in enumerate(cut):
             ended = len(seq) < len(ids[i]) or len(ids[i]) < self.max_completion_length
             if eos is not None and ended and (not seq or seq[-1] != eos):
                 seq.append(eos)
                 if logprobs is not None:
-                    logprobs[i].append(0.0)
+                    logprobs[i].append(NOT_SAMPLED)
         return (cut, logprobs) if isinstance(out, tuple) else cut
+
+    @property
+    def _corrects_vllm_sampling(self) -> bool:
+        return bool(getattr(self, "use_vllm", False) and getattr(self, "vllm_importance_sampling_correction", False))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
