@@ -8,6 +8,14 @@ from executor.tools.images import ImageStore
 HALVES_H, HALVES_W = 100, 200
 
 
+def pytest_configure(config):
+    # Sandboxes that outlive their supervisor stay in this run's process tree, where the leak checks
+    # look (tests/own_processes.py), instead of going to init.
+    from own_processes import adopt_orphans
+
+    adopt_orphans()
+
+
 @pytest.fixture()
 def store():
     """An ImageStore holding one 200x100 image, left half red and right half blue: `(store, ref)`."""

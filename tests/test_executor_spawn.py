@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_sandbox import CANARY, SANDBOX_UID_BASE, make_world, sandbox_pids
+from own_processes import SANDBOX_UID_BASE, sandbox_pids
+from test_sandbox import CANARY, make_world
 
 from executor.runner import RunnerConfig, SyncRunner
 from executor.sandbox import syscalls

@@ -11,7 +11,8 @@ import time
 
 import pytest
 from hostile_probes import MAX_RPCS, PROBES, PWNED, TIMEOUT, no_secret, source_of
-from test_sandbox import CANARY, SECRET_ENV, make_world, sandbox_pids
+from own_processes import sandbox_pids
+from test_sandbox import CANARY, SECRET_ENV, make_world
 
 from executor.runner import RunnerConfig, SyncRunner
 

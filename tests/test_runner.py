@@ -13,7 +13,8 @@ import time
 
 import pytest
 from hostile_probes import PROBES, PWNED, source_of
-from test_sandbox import NORMAL, make_world, normal_program, sandbox_pids
+from own_processes import sandbox_pids
+from test_sandbox import NORMAL, make_world, normal_program
 
 from data.records import write_jsonl
 from executor.host import ToolHost
@@ -344,3 +345,36 @@ def test_mixed_soak_small(tmp_path):
 def test_mixed_soak_full(tmp_path):
     figures = mixed_soak(tmp_path, n_normal=2000, hostile_reps=5, timeout=1.0, slack=0.25)
     print(figures)
+
+
+def test_leak_checks_count_only_this_runs_sandboxes():
+    """A training job beside `make test` runs sandboxes under the same uids; the leak checks must not
+    count them (they did: a test failed while a run was going on)."""
+    import subprocess
+    import sys
+
+    from own_processes import SANDBOX_UID_BASE, adopt_orphans
+
+    uid = SANDBOX_UID_BASE + 7
+    other_job = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        f"    os.setresgid({uid}, {uid}, {uid}); os.setresuid({uid}, {uid}, {uid})\n"
+        "    print(os.getpid(), flush=True); os.close(1); os.close(2); time.sleep(60)\n"
+        "else:\n"
+        "    os._exit(0)\n"  # the sleeper is orphaned, as another job's sandbox is not ours
+    )
+    adopt_orphans(False)
+    try:
+        out = subprocess.run([sys.executable, "-c", other_job], capture_output=True, text=True, check=True)
+    finally:
+        adopt_orphans(True)
+    foreign = int(out.stdout.split()[0])
+    try:
+        deadline = time.monotonic() + 5
+        while foreign not in sandbox_pids(ours_only=False) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert foreign in sandbox_pids(ours_only=False)
+        assert foreign not in sandbox_pids()
+    finally:
+        os.kill(foreign, signal.SIGKILL)

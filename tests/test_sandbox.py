@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from own_processes import SANDBOX_UID_BASE, sandbox_pids
 from PIL import Image
 
 from data.records import Example
@@ -23,7 +24,6 @@ from executor.tools.oracle import OracleBackend
 SECRET_ANSWER = "zebra" + "crossing" + "-7f3a"  # built at run time so this file's text is not the needle
 SECRET_ATTR = "mauve" + "ish" + "-91c"
 SECRET_ENV = "tok" + "-" + "5e1d" * 4
-SANDBOX_UID_BASE = 60000
 
 
 def make_world(root: Path) -> tuple[ToolHost, list[Example]]:
@@ -78,21 +78,6 @@ NORMAL = [
 def normal_program(i: int) -> str:
     """A varied, deterministic normal program (most do tool calls)."""
     return NORMAL[i % len(NORMAL)] + f"# variant {i}\nX_{i} = {i}\n"
-
-
-def sandbox_pids() -> list[int]:
-    """Processes running under a sandbox uid (there must be none between runs)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/status") as fh:
-                    uid = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
-            except (OSError, StopIteration):
-                continue
-            if SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + 1000:
-                pids.append(int(entry))
-    return pids
 
 
 @pytest.fixture(scope="module")
