@@ -263,3 +263,68 @@ def test_stanic_cli_runs_a_hf_policy(world, tmp_path, capsys):
     attempts = RolloutLog(tmp_path / "aces.attempts.jsonl").read()
     assert {r.example_id for r in attempts} == set(ids) and {r.step for r in attempts} <= {0, 1}
     assert all(r.policy == "policy" for r in attempts)
+
+
+SHAPE_NAMES = ("circle", "square", "triangle", "star", "hexagon")
+COLOR_NAMES = ("red", "blue", "green", "yellow", "orange", "purple", "magenta", "cyan")
+
+
+def _looking_elsewhere(query: str) -> list[str]:
+    """Programs that answer `query` from the wrong object (the quickstart's ACEs had such programs:
+    a cyan-circle question answered from `exists("purple circle")`)."""
+    head = "def execute_command(image):\n    image_patch = ImagePatch(image)\n"
+    if m := re.fullmatch(r"What color is the (.+)\?", query):
+        return [
+            head + f'    return image_patch.find("{s}")[0].simple_query("What color is the {s}?")\n'
+            for s in SHAPE_NAMES
+            if s not in m.group(1)
+        ]
+    if m := re.fullmatch(r"How many (.+) are there\?", query):
+        return [
+            head + f'    return str(len(image_patch.find("{c} {s}")))\n'
+            for c in COLOR_NAMES
+            for s in SHAPE_NAMES
+            if f"{c} {s}" not in m.group(1)
+        ]
+    return []
+
+
+def test_from_run_drops_programs_right_for_the_wrong_reason(world, tmp_path):
+    """#29 item 4: ACEs must be right for the right reason. Candidates run on their visual unit tests;
+    those right by accident fail them and are dropped, the gold programs pass."""
+    root, examples, gold = world
+    with SyncRunner(ToolHost(build_backend({"backend": "shapes"})), RunnerConfig(slots=2)) as runner:
+        scorer = ProgramScorer(runner, RewardComposer(RewardConfig()))
+        elsewhere = [(ex, p) for ex in examples for p in _looking_elsewhere(ex.query)]
+        rows = scorer.score([e for e, _ in elsewhere], [p for _, p in elsewhere]).rows(
+            1, [e for e, _ in elsewhere], [p for _, p in elsewhere], "h"
+        )
+        accidental_rows = [r for r in rows if r.total and r.total > 0]
+        taken = {r.example_id for r in accidental_rows}  # one kind of program per example
+        right = [(ex, gold[ex.query]) for ex in examples if ex.id not in taken][:10]
+        gold_rows = scorer.score([e for e, _ in right], [p for _, p in right]).rows(
+            1, [e for e, _ in right], [p for _, p in right], "h"
+        )
+    assert len({r.example_id for r in accidental_rows}) >= 3, "too few programs right by accident in this world"
+    run = tmp_path / "run"
+    write_manifest(
+        run,
+        {
+            "policy": {"name": "tiny"},
+            "tool_stack": {"file": "configs/tools/shapes.yaml", "config": {"backend": "shapes"}},
+            "dataset": {"dataset": "shapes"},
+            "executor": {"slots": 2, "sandbox": "full"},
+        },
+    )
+    RolloutLog.in_run(run).append(gold_rows + accidental_rows)
+
+    unchecked = aces_from_run(run, k=100, unit_tests="none")
+    offered = {r.program for r in accidental_rows} & {a.program for a in unchecked.aces}
+    assert offered and any("may be right by accident" in n for n in unchecked.notes)
+    checked = aces_from_run(run, k=100)
+    kept = {a.program for a in checked.aces}
+    golds = {p for _, p in right}
+    assert len(kept & golds) / len(golds) >= 0.8  # right programs pass their tests ...
+    assert len(kept & offered) / len(offered) <= 0.25  # ... programs looking elsewhere fail them
+    rejected = checked.counts["rejected_wrong_reason"]
+    assert rejected >= len(offered - kept) and any(f"rejected {rejected} of" in n for n in checked.notes)

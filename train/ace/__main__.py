@@ -4,8 +4,8 @@ Two sources, one output (a JSONL of `{query, program, ...provenance}` that `trai
 in-context examples, plus a markdown preview next to it):
 
     python -m train.ace from-run --run RUN --k K --out ACES.jsonl
-        the best-rewarded program of each example in a run's rollouts log, diverse k
-        (`train.ace.from_run`).
+        the best-rewarded program of each example in a run's rollouts log, checked on visual unit
+        tests (right for the right reason), diverse k (`train.ace.from_run`).
     python -m train.ace stanic --config CFG.yaml [--k K --out ACES.jsonl ...]
         Stanić et al.'s procedure: the policy zero-shot on a small labelled set, optionally retried
         after an execution failure, scored, the top k kept (`train.ace.stanic`).
@@ -32,6 +32,20 @@ def parser() -> argparse.ArgumentParser:
     from_run.add_argument("--run", required=True, help="run folder written by train/rl.py")
     from_run.add_argument("--k", type=int, default=16, help="how many ACEs (default: 16)")
     from_run.add_argument("--out", required=True, help="the ACE file to write (.jsonl; a .md preview goes beside it)")
+    from_run.add_argument(
+        "--unit_tests",
+        "--unit-tests",
+        default="auto",
+        help="check candidates on visual unit tests and drop the right-for-the-wrong-reason ones: auto (the run's "
+        "unit_tests reward, or the shapes world's rule-based writer), none, or a JSON mapping of unit_tests settings",
+    )
+    from_run.add_argument(
+        "--min_unit_test_score",
+        "--min-unit-test-score",
+        type=float,
+        default=0.5,
+        help="a candidate scoring below this on its unit tests is right for the wrong reason (default: 0.5)",
+    )
     sub.add_parser(
         "stanic",
         help="Stanić et al.'s zero-shot procedure (--config configs/ace/stanic_shapes.yaml; stanic --help: its keys)",
@@ -52,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser().error(f"unrecognized arguments: {' '.join(rest)}")
             from train.ace.from_run import aces_from_run
 
-            report, out = aces_from_run(args.run, args.k), args.out
+            report, out = aces_from_run(args.run, args.k, None, args.unit_tests, args.min_unit_test_score), args.out
     except (AceError, ConfigError) as exc:  # bad input: the place and exit status 2
         fail(str(exc))
     if not report.aces:

@@ -1,6 +1,7 @@
 """ACEs from a run: the best-rewarded program of each example in the rollouts log (ties: the latest
 step), only programs that ran and earned a positive reward, de-duplicated by normalised AST and by
-query, then a diverse k (`train.ace.records.select_diverse`)."""
+query, checked on visual unit tests so that programs right by accident are dropped
+(`train.ace.reason_check`), then a diverse k (`train.ace.records.select_diverse`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.program import ENTRY, extract_program
+from train.ace.reason_check import ReasonCheck, keep_right_for_right_reason, reason_check
 from train.ace.records import Ace, AceError, AceReport, distinct, select_diverse
 from train.rollouts.log import RolloutLog, RolloutRow
 from train.runs.folder import RunFolderError, read_manifest
@@ -38,7 +40,11 @@ def best_per_example(rows: Sequence[RolloutRow], source: str, policy: str = "", 
     return [Ace.from_row(row, program, source, policy, tool_stack) for _, row, program in ordered], counts
 
 
-def aces_from_run(run: str | Path, k: int, embed: Callable | None = None) -> AceReport:
+def aces_from_run(
+    run: str | Path, k: int, embed: Callable | None = None, unit_tests: str = "auto", min_unit_test_score: float = 0.5
+) -> AceReport:
+    """`unit_tests`: the candidates' check on visual unit tests (`train.ace.reason_check`): "auto",
+    "none" or a JSON mapping of `unit_tests` reward settings."""
     run = Path(run)
     if k < 1:
         raise AceError(f"k must be a positive integer, got {k}")
@@ -63,8 +69,15 @@ def aces_from_run(run: str | Path, k: int, embed: Callable | None = None) -> Ace
             f"{log.path}: none of its {len(rows)} programs ran and earned a positive reward (statuses: "
             f"{', '.join(statuses)}); no ACE to export"
         )
+    check: ReasonCheck = reason_check(unit_tests, manifest, min_unit_test_score)
     pool = distinct(candidates)
     counts["distinct"] = len(pool)
+    pool, check_notes = keep_right_for_right_reason(pool, check, manifest, counts)
+    notes += check_notes
+    if not pool:
+        raise AceError(
+            f"{log.path}: every candidate program failed its visual unit tests ({check_notes[-1]}); no ACE to export"
+        )
     families = sorted({r.group for r in rows if r.group})
     missing = sorted(set(families) - {a.group for a in pool})
     if missing:
