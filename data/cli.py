@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from data.ranges import NON_NEGATIVE, Range
+
 EXIT_BAD_INPUT = 2
 # What reading a user's files and options raises when they are wrong (loaders and checks raise these
 # with the place in the message; the library's own bugs raise other types or happen later).
@@ -31,10 +33,37 @@ def checked(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 class CommandParser(argparse.ArgumentParser):
-    """argparse with the error first: `error: PROG: message`, then where to look, not the usage."""
+    """argparse with the error first: `error: PROG: message`, then where to look, not the usage.
+
+    A numeric option (`type=int` or `float`) is range-checked: `value_range=` (a `data.ranges.Range`)
+    says its range, not negative by default; NaN and infinity are always refused."""
+
+    def add_argument(self, *args: Any, value_range: Range | None = None, **kwargs: Any) -> argparse.Action:
+        kind = kwargs.get("type")
+        if kind in (int, float):
+            kwargs["type"] = _ranged(kind, value_range or NON_NEGATIVE)
+        elif value_range is not None:
+            raise TypeError(f"value_range is for int or float options, not {args}")
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         fail(f"{self.prog}: {message}\n(`{self.prog} --help` lists the options)")
+
+
+def _ranged(kind: type, value_range: Range) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            expected = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        problem = value_range.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
 
 
 def quiet_console() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from data.cli import CommandParser, checked, fail
+from data.ranges import AT_LEAST_ONE, POSITIVE
 from data.records import Example, read_examples, read_jsonl, write_jsonl
 from data.typed import check_row
 from executor.backends import open_backend
@@ -38,8 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--programs", required=True, help='JSONL of {"id", "example_id", "program"} rows')
     p.add_argument("--tools", required=True, help="tool stack YAML (configs/tools/*.yaml)")
     p.add_argument("--out", required=True, help="where to write the result rows (JSONL)")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds per program, tool waits excluded")
-    p.add_argument("--slots", type=int, default=None, help="programs at once (default: number of cores)")
+    p.add_argument(
+        "--timeout", type=float, default=5.0, value_range=POSITIVE, help="seconds per program, tool waits excluded"
+    )
+    p.add_argument(
+        "--slots", type=int, default=None, value_range=AT_LEAST_ONE, help="programs at once (default: number of cores)"
+    )
     p.add_argument("--sandbox", choices=SANDBOX_MODES, default="full", help="'none' = no isolation, debug only")
     p.add_argument("--max-rpcs", type=int, default=200, help="tool calls allowed per program")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a tool-stack setting")

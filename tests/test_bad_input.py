@@ -213,7 +213,7 @@ CASES = [
         "ace-k",
         "train.ace",
         lambda e: ["from-run", "--run", str(e["root"]), "--k", "0", "--out", str(e["root"] / "aces.jsonl")],
-        r"k must be a positive integer",
+        r"--k: must be >= 1, got 0",
     ),
     (
         "ace-stanic-recipe",

@@ -6,6 +6,7 @@ import time
 from dataclasses import fields
 
 from data.cli import CommandParser, checked
+from data.ranges import AT_LEAST_ONE, NON_NEGATIVE
 from data.shapes.build import BuildConfig, build_dataset
 
 HELP = {
@@ -31,7 +32,11 @@ def main(argv: list[str] | None = None) -> None:
         else:
             text = f"{HELP[f.name]} (default {getattr(defaults, f.name)})"
             parser.add_argument(
-                f"--{f.name.replace('_', '-')}", type=int, default=getattr(defaults, f.name), help=text
+                f"--{f.name.replace('_', '-')}",
+                type=int,
+                default=getattr(defaults, f.name),
+                value_range=AT_LEAST_ONE if f.name in ("width", "height", "workers", "questions_per_image") else NON_NEGATIVE,
+                help=text,
             )
     args = parser.parse_args(argv)
     t0 = time.perf_counter()

@@ -20,6 +20,7 @@ import argparse
 import sys
 
 from data.cli import CommandParser, fail
+from data.ranges import AT_LEAST_ONE, FRACTION
 from train.ace.output import write_aces
 from train.ace.records import AceError
 from train.recipe.parsing import ConfigError
@@ -30,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, parser_class=CommandParser, metavar="{from-run,stanic}")
     from_run = sub.add_parser("from-run", help="mine a run's rollouts log", description="mine a run's rollouts log")
     from_run.add_argument("--run", required=True, help="run folder written by train/rl.py")
-    from_run.add_argument("--k", type=int, default=16, help="how many ACEs (default: 16)")
+    from_run.add_argument("--k", type=int, default=16, value_range=AT_LEAST_ONE, help="how many ACEs (default: 16)")
     from_run.add_argument("--out", required=True, help="the ACE file to write (.jsonl; a .md preview goes beside it)")
     from_run.add_argument(
         "--unit_tests",
@@ -44,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
         "--min-unit-test-score",
         type=float,
         default=0.5,
+        value_range=FRACTION,
         help="a candidate scoring below this on its unit tests is right for the wrong reason (default: 0.5)",
     )
     sub.add_parser(

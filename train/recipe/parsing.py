@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from data.cli import fail
+from data.ranges import key_problem
 
 
 class ConfigError(ValueError):
@@ -125,17 +126,36 @@ def parse_config(
     if remaining:
         unknown = sorted({tok.lstrip("-").split("=")[0] for tok in remaining if tok.startswith("--")}) or remaining
         raise unknown_key_error(unknown, valid, "command line")
+    check_ranges(parsed, line)
     return tuple(parsed)
+
+
+def check_ranges(parsed: Sequence[Any], line: CommandLine) -> None:
+    """Every numeric key the user gave is in its range (`data.ranges`); named where it was written."""
+    given = set(line.data) | {tok[2:].split("=")[0] for tok in line.overrides if tok.startswith("--")}
+    for instance in parsed:
+        for f in dataclasses.fields(instance):
+            if f.name not in given:
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else None
+            problem = key_problem(f.name, getattr(instance, f.name), default)
+            if problem:
+                raise ConfigError(f"{_place(f.name, line)}: {f.name}: {problem}")
+
+
+def _place(key: str, line: CommandLine) -> str:
+    typed = any(tok == f"--{key}" or tok.startswith(f"--{key}=") for tok in line.overrides)
+    if typed or line.path is None:
+        return "command line"
+    return yaml_place(line.path, key)
 
 
 def _value_error(exc: argparse.ArgumentError, line: CommandLine) -> ConfigError:
     """A value argparse could not read, named where it was written: the file and line, or the
     command line."""
     key = (exc.argument_name or "").split("/")[0].lstrip("-")
-    typed = any(tok == f"--{key}" or tok.startswith(f"--{key}=") for tok in line.overrides)
-    if typed or line.path is None:
-        return ConfigError(f"command line: --{key}: {exc.message}")
-    return ConfigError(f"{yaml_place(line.path, key)}: {key}: {exc.message}")
+    place = _place(key, line)
+    return ConfigError(f"{place}: {'--' if place == 'command line' else ''}{key}: {exc.message}")
 
 
 def yaml_place(path: Path, key: str) -> str:
