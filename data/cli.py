@@ -39,6 +39,7 @@ class CommandParser(argparse.ArgumentParser):
     says its range, not negative by default; NaN and infinity are always refused."""
 
     def add_argument(self, *args: Any, value_range: Range | None = None, **kwargs: Any) -> argparse.Action:
+        args = _both_spellings(args)
         kind = kwargs.get("type")
         if kind in (int, float):
             kwargs["type"] = _ranged(kind, value_range or NON_NEGATIVE)
@@ -48,6 +49,18 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         fail(f"{self.prog}: {message}\n(`{self.prog} --help` lists the options)")
+
+
+def _both_spellings(names: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`--push-to-hub` also as `--push_to_hub` and the reverse, as the config-file commands take
+    their keys (trl's parser accepts both): a user should not have to remember which command is which."""
+    out = list(names)
+    for name in names:
+        if isinstance(name, str) and name.startswith("--"):
+            for other in ("--" + name[2:].replace("-", "_"), "--" + name[2:].replace("_", "-")):
+                if other not in out:
+                    out.append(other)
+    return tuple(out)
 
 
 def _ranged(kind: type, value_range: Range) -> Callable[[str], Any]:

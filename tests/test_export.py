@@ -209,3 +209,39 @@ def test_metric_summary_directions():
     assert summary["loss"] == [3.0, 2, 2.0, 1]
     assert summary["eval/accuracy"] == [0.3, 2, 0.3, 2]
     assert summary["lr"] == [1e-4, 1, None, None]
+
+
+def test_zero_std_and_spread_metrics_have_no_best():
+    """#29 item 3: the card's "best" column called frac_reward_zero_std 0.625 best (the word "reward")."""
+    rows = [
+        {"step": 1, "frac_reward_zero_std": 0.625, "reward_std": 0.2, "rewards/correctness/mean": 0.1},
+        {"step": 2, "frac_reward_zero_std": 0.25, "reward_std": 0.4, "rewards/correctness/mean": 0.5},
+    ]
+    summary = {name: rest for name, *rest in metric_summary(rows)}
+    assert summary["frac_reward_zero_std"][2:] == [None, None]
+    assert summary["reward_std"][2:] == [None, None]
+    assert summary["rewards/correctness/mean"][2:] == [0.5, 2]
+
+
+def test_export_of_a_run_on_a_local_base_loads_from_anywhere(tmp_path, base_path, monkeypatch):
+    """#29 item 3: a run started with a relative policy path (`runs/tiny_policy`) exported an adapter
+    whose base_model_name_or_path only resolved from that folder; and `--push_to_hub` was refused
+    while `--push-to-hub` worked."""
+    import shutil
+
+    from peft import AutoPeftModelForCausalLM
+
+    work = tmp_path / "work"
+    shutil.copytree(base_path, work / "models" / "base")
+    monkeypatch.chdir(work)
+    run = tmp_path / "run"
+    policy = _make_run(run, "models/base")
+    inputs = _inputs(base_path)
+    hub = tmp_path / "hub"
+    assert main(["--run", str(run), "--out", str(tmp_path / "out"), "--push_to_hub", str(hub)]) == 0
+    config = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(work / "models" / "base")
+    monkeypatch.chdir(tmp_path)
+    loaded = AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "out"))
+    assert torch.allclose(_logits(loaded, inputs), _logits(policy, inputs), atol=ADAPTER_ATOL)
+    assert (hub / "adapter_config.json").is_file()

@@ -35,14 +35,12 @@ def parser() -> argparse.ArgumentParser:
     from_run.add_argument("--out", required=True, help="the ACE file to write (.jsonl; a .md preview goes beside it)")
     from_run.add_argument(
         "--unit_tests",
-        "--unit-tests",
         default="auto",
         help="check candidates on visual unit tests and drop the right-for-the-wrong-reason ones: auto (the run's "
         "unit_tests reward, or the shapes world's rule-based writer), none, or a JSON mapping of unit_tests settings",
     )
     from_run.add_argument(
         "--min_unit_test_score",
-        "--min-unit-test-score",
         type=float,
         default=0.5,
         value_range=FRACTION,

@@ -58,10 +58,18 @@ def policy_base_model(manifest: dict[str, Any], adapter_config: dict[str, Any]) 
     policy = manifest.get("policy") or {}
     for key in BASE_MODEL_KEYS:
         if isinstance(policy.get(key), str) and policy[key]:
-            return policy[key]
+            return _located(policy[key])
     if adapter_config.get("base_model_name_or_path"):
-        return adapter_config["base_model_name_or_path"]
+        return _located(adapter_config["base_model_name_or_path"])
     raise ExportError("neither manifest.json's policy nor adapter_config.json names the base model; pass --base-model")
+
+
+def _located(base: str) -> str:
+    """A base model in a local folder as an absolute path: a relative one (`runs/tiny_policy`) only
+    resolves from the folder the run was started in, so `AutoPeftModelForCausalLM.from_pretrained`
+    on the export failed anywhere else. A Hub id stays as it is."""
+    path = Path(base).expanduser()
+    return str(path.resolve()) if not path.is_absolute() and path.is_dir() else base
 
 
 def policy_quantization(manifest: dict[str, Any]) -> str:

@@ -10,6 +10,20 @@ import yaml
 
 HIGHER_IS_BETTER = ("reward", "accuracy", "correct", "score", "iou")
 LOWER_IS_BETTER = ("loss",)
+# Names with a direction word that are not that quantity: a spread, a share of degenerate groups, a
+# length. "frac_reward_zero_std" was once the "best" at 0.625.
+NO_DIRECTION = ("std", "zero_std", "zero_variance", "frac_", "share", "length", "num_", "clip", "entropy", "kl")
+
+
+def direction(name: str) -> float | None:
+    """+1 where higher is better, -1 where lower is, None where the name does not say."""
+    if any(w in name for w in NO_DIRECTION):
+        return None
+    if any(w in name for w in LOWER_IS_BETTER):
+        return -1.0
+    if any(w in name for w in HIGHER_IS_BETTER):
+        return 1.0
+    return None
 
 
 def metric_summary(metrics: list[dict[str, Any]]) -> list[tuple[str, float, int, float | None, int | None]]:
@@ -24,8 +38,8 @@ def metric_summary(metrics: list[dict[str, Any]]) -> list[tuple[str, float, int,
     for name, points in sorted(series.items()):
         final_step, final = points[-1]
         best = best_step = None
-        if any(w in name for w in LOWER_IS_BETTER) or any(w in name for w in HIGHER_IS_BETTER):
-            sign = -1.0 if any(w in name for w in LOWER_IS_BETTER) else 1.0
+        sign = direction(name)
+        if sign is not None:
             best_step, best = max(points, key=lambda p: (sign * p[1], p[0]))
         out.append((name, final, final_step, best, best_step))
     return out
