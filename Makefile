@@ -7,18 +7,29 @@ PY := $(VENV)/bin/python
 # PyPI default, which is a CUDA build that pulls gigabytes of nvidia packages.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST_ARGS ?=
+LOCK ?= constraints-cpu.txt
 
-.PHONY: setup test quickstart lint clean
+.PHONY: setup test quickstart lint clean lock
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null || \
 		$(PY) -m pip install -q "torch==2.13.0+cpu" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple
-	$(PY) -m pip install -q -c constraints-cpu.txt -e ".[cpu]"
+	$(PY) -m pip install -q -c $(LOCK) -e ".[cpu]"
 	touch $@
 
-setup: $(VENV)/.installed
+# Beside the venv, transformers as the vllm extra installs it (vLLM 0.31 requires <5.18) with the
+# huggingface_hub it requires (<2): only what must differ from the venv, for the tests that run
+# under both versions with this folder first on PYTHONPATH (tests/test_install_pins.py).
+SIDE_TRANSFORMERS := transformers==5.17.0 huggingface_hub==1.33.0
+
+$(VENV)/tf517/.installed: $(VENV)/.installed Makefile
+	rm -rf $(VENV)/tf517
+	$(PY) -m pip install -q --no-deps --target $(VENV)/tf517 $(SIDE_TRANSFORMERS)
+	touch $@
+
+setup: $(VENV)/.installed $(VENV)/tf517/.installed
 
 test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q $(PYTEST_ARGS)
@@ -32,3 +43,15 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+
+# The lock: every package of the CPU venv at the version CI tested, which `make setup` installs on a
+# fresh clone (-c constraints-cpu.txt). Refresh after changing pyproject.toml's requirements:
+#   rm -rf .venv && make setup LOCK=/dev/null && make lock && make test
+# (LOCK=/dev/null resolves the newest releases instead of the locked ones). constraints-gpu.txt is the same set
+# with the vllm extra's versions (tests/test_install_pins.py runs under them).
+lock: setup
+	{ echo "# The tested CPU set: make lock writes it from ./.venv (see the Makefile)."; \
+	  $(PY) -m pip freeze --exclude-editable | sed -E 's/^torch==.*/torch==2.13.0/' | LC_ALL=C sort -f; } > constraints-cpu.txt
+	{ echo "# The tested GPU set: the CPU lock with the vllm extra's versions (make lock writes it)."; \
+	  grep -v -E '^(#|transformers==|huggingface[-_]hub==|vllm==)' constraints-cpu.txt; \
+	  echo "$(SIDE_TRANSFORMERS)" | tr ' ' '\n'; echo "vllm==0.31.0"; } > constraints-gpu.txt

@@ -1,259 +1,150 @@
 """GPU acceptance in one command, on a bare CUDA machine with nothing to download:
 
-    python bench/gpu/acceptance.py [--steps 3] [--calls 32] [--json results.json]
-    python bench/gpu/acceptance.py --tiny          # the same code at toy sizes, on a CPU (the test)
+    python bench/gpu/acceptance.py --out DIR [--budget_s 480] [--steps 2] [--calls 16]
+    python bench/gpu/acceptance.py --tiny --out DIR     # the same code at toy sizes on a CPU (the test)
+    python bench/gpu/acceptance.py --render DIR/results.jsonl   # the table of a run, even a cut-off one
 
-Every model is built at its published size (bench/gpu/sizes.yaml) with random weights: speed and
-memory do not depend on the weights. It prints one table in three parts:
+Every model is built at its published size (bench/gpu/sizes.yaml) with random weights, once, directly
+on the GPU in bf16: speed and memory do not depend on the weights. The step takes the shape of
+configs/grpo_codellama_gqa_unit_tests.yaml. Results go to DIR/results.jsonl, one JSON line per
+measurement, flushed and fsynced as it is taken, and DIR/results.md, rendered after every part. Each
+part is guarded: a failure records its traceback and the next part runs; a part that needs what a
+failed one makes is recorded as skipped. Parts run in order of value; one whose planned time no
+longer fits --budget_s is skipped, and says so.
 
-1. tools: each model of the ViUniT and ViperGPT stacks (Grounding DINO, CLIP, BLIP-2, DPT) through the
-   `hf` backend, batched at the stack's batch size against one call at a time, with peak memory.
-   Goal: batched at least 4x one at a time.
-2. GRPO steps of a 7B-shaped Llama (bf16, LoRA r16 on q/k/v/o, transformers generation) with the real
-   sandboxed executor and the ViUniT stack in-process: the step split into generation, execution,
-   reward and update, and peak memory. The policy samples `max_completion_length` tokens for real;
-   the programs then executed are the shapes world's (gold and mutated), since a random policy writes
-   none that call a tool. Goal: execution + reward at most 30 % of a step.
-3. memory: what the layout check (train/recipe/layout.py) predicted for each component next to what
-   was measured.
+The plan (seconds of GPU time planned on one H100 or H200; 475 of the 480 default):
 
-Packages a bare machine may lack (trl, datasets, ...) come from bench/gpu/wheelhouse (built by
-bench/gpu/wheelhouse.sh; see docs/benchmarks.md).
+    part        planned  what
+    preflight        30  versions, imports, the sandbox's isolation probe, GPU name and memory
+    world             5  shapes-world questions, the recipe's real prompts, the step's programs
+    policy           30  the 7B-shaped policy built on the GPU in bf16, LoRA-wrapped as the recipe
+    step            110  2 GRPO-shaped steps without trl: generation, log-prob pass, forward/backward
+    tools            40  ViUniT's models on the GPU: Grounding DINO, CLIP-L/336, BLIP-2 Flan-T5-XXL
+    execution        40  the step's programs through the executor with those tools, twice
+    tool_speed       80  ViUniT's tools batched against one call at a time, with peak memory
+    layout           10  the layout check's predictions next to the measured memory
+    vipergpt         40  ViperGPT's own models (CLIP-L/224, DPT-Large) batched against one at a time
+    grpo_trl         90  GRPO steps through trl's trainer, where trl imports (the GPU machine has none)
+
+Where the sandbox's probe finds layers missing (no user namespaces), execution runs with the
+executor's own fallback, `sandbox: none` (in-process, no isolation), and the results say so.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import gc
 import os
+import signal
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-GIB = 2**30
-STACKS = {"viunit": "clip_336", "vipergpt": "clip_224"}
-MEASURED_TOOLS = ("detect", "verify", "vqa", "depth")
+from bench.gpu import grpo_trl, predicted, preflight, stack, step  # noqa: E402
+from bench.gpu.context import Context, hide_packages  # noqa: E402
+from bench.gpu.record import Recorder, read, render, run_part  # noqa: E402
 
-
-def memory_now(cuda: bool) -> float:
-    import torch
-
-    if cuda:
-        torch.cuda.synchronize()
-        return torch.cuda.memory_allocated() / GIB
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GIB
-
-
-def stack_backend(name: str, cuda: bool, scale: str) -> Any:
-    """The stack's `hf` backend, on this machine's device, bf16 on a GPU (BLIP-2's 8-bit in the stack
-    needs quantized checkpoints, which random weights are not: it runs in bf16, twice the memory)."""
-    from executor.tools.hf import HFBackend
-    from executor.tools.images import ImageStore
-    from executor.tools.stack import read_tool_stack, stack_settings
-
-    settings = stack_settings(read_tool_stack(REPO / f"configs/tools/{name}.yaml"), {})
-    settings.update(device="cuda" if cuda else "cpu", dtype="bfloat16" if cuda else "float32", quantization="none")
-    for tool in ("detect", "verify", "itm", "vqa", "caption", "depth", "llm"):
-        block = settings.get(tool)
-        if isinstance(block, dict):
-            block.pop("quantization", None)
-            block.pop("dtype", None)
-    settings.pop("llm", None)  # the llm of ViperGPT's stack is not a vision tool
-    return HFBackend(ImageStore(), **settings)
+BUDGET_S = 480.0  # 8 minutes of the device's 15, leaving its start-up and a rerun of a short part
+PLAN: list[tuple[str, float, Callable[[Context], None]]] = [
+    ("world", 5, step.world),
+    ("policy", 30, step.policy),
+    ("step", 110, step.step),
+    ("tools", 40, stack.tools),
+    ("execution", 40, stack.execution),
+    ("tool_speed", 80, stack.tool_speed),
+    ("layout", 10, predicted.layout),
+    ("vipergpt", 40, stack.vipergpt),
+    ("grpo_trl", 90, grpo_trl.grpo_trl),
+]
+PREFLIGHT_S = 30.0
+PARTS = ["preflight", *(name for name, _, _ in PLAN)]
+GPU_MACHINE_LACKS = "trl,datasets,dill,multiprocess,vllm"
 
 
-def tools_part(scale: str, cuda: bool, root: Path, n_calls: int) -> list[dict[str, Any]]:
-    import gc
-
-    import torch
-
-    from bench.gpu import models
-    from bench.tools import make_calls, measure
-
-    rows = []
-    size = (240, 320) if scale == "real" else (48, 64)
-    for name, clip in STACKS.items():
-        before = memory_now(cuda)
-        backend = stack_backend(name, cuda, scale)
-        params = models.install(backend, scale, root, clip)
-        resident = memory_now(cuda) - before
-        for tool in MEASURED_TOOLS:
-            if not backend.supports(tool):
-                continue
-            calls = make_calls(tool, n_calls, backend.images, size)
-            batched, peak_b = measure(backend, tool, calls, True, cuda)
-            single, peak_s = measure(backend, tool, calls, False, cuda)
-            family = models.FAMILIES.get(tool, clip)
-            rows.append({
-                "stack": name, "tool": tool, "model": backend.tools[tool].model, "params_b": round(params[family], 3),
-                "batch": backend.tools[tool].max_batch_size, "batched_per_s": batched, "single_per_s": single,
-                "speedup": batched / single, "peak_gib": max(peak_b, peak_s) / 1024,
-            })  # fmt: skip
-        rows.append({"stack": name, "tool": "(all models)", "resident_gib": resident})
-        del backend
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-    return rows
-
-
-def substitute_programs(trainer: Any, tokenizer: Any, bodies: list[str]) -> None:
-    """After the policy has sampled (timed, for real), hand the executor real programs: the sampled
-    token ids are replaced by those of program bodies, ending in EOS, as a trained policy writes."""
-    original = trainer._generate_single_turn
-    counter = [0]
-
-    def wrapper(*args, **kwargs):
-        out = original(*args, **kwargs)
-        ids, logprobs = out if isinstance(out, tuple) else (out, None)
-        new = []
-        for _ in ids:
-            body = bodies[counter[0] % len(bodies)]
-            counter[0] += 1
-            new.append(tokenizer(body, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
-        if logprobs is not None:
-            logprobs = [[0.0] * len(x) for x in new]
-        return (new, logprobs) if isinstance(out, tuple) else new
-
-    trainer._generate_single_turn = wrapper
-
-
-def grpo_part(scale: str, cuda: bool, root: Path, steps: int) -> dict[str, Any]:
-    import torch
-
-    import train.online.run as online
-    from bench.gpu import models
-    from bench.rl_step import COLUMNS, run_mode, timed
-    from data.shapes import BuildConfig, build_dataset, load_gold_programs
-    from data.shapes.mutations import mutate
-    from executor.host import ToolHost
-    from executor.runner import SyncRunner
-    from rewards.compose import RewardComposer
-    from train.policy.loading import lora_config
-    from train.recipe.checks import validate
-    from train.recipe.data import build_prompts
-    from train.recipe.layout import plan_layout
-    from train.recipe.rl_config import parse_rl_config
-
-    tiny = scale == "tiny"
-    world = root / "world"
-    build_dataset(BuildConfig(out=str(world), train=64, val=2, winoground=0, sugarcrepe=0, refcoco=0, seed=0))
-    gold = load_gold_programs(world)["vqa"]
-    programs = [p for g in list(gold.values())[:64] for p in [g, *(m.program for m in mutate(g)[:2])]]
-    bodies = ["\n" + p.split("\n", 1)[1].rstrip() for p in programs]
-    dtype = torch.bfloat16 if cuda else torch.float32
-    policy, policy_dir = models.policy(scale, root / "policy", [*programs, *gold], dtype)
-    generations = 4 if tiny else 8
-    argv = [
-        f"--model_name_or_path={policy_dir}", "--dataset=shapes", f"--dataset_root={world}",
-        f"--prompt_layout={'bare' if tiny else 'viunit'}", f"--prompt_variant={'vipergpt' if tiny else 'viunit'}",
-        "--tool_stack=configs/tools/viunit.yaml", f"--output_dir={root / 'run'}", f"--max_steps={steps}",
-        f"--num_generations={generations}", f"--per_device_train_batch_size={generations * (1 if tiny else 2)}",
-        f"--max_completion_length={32 if tiny else 320}", "--report_to=none", "--save_strategy=no",
-        "--logging_steps=1", "--disable_tqdm=true", f"--use_cpu={str(not cuda).lower()}",
-        f"--bf16={str(cuda).lower()}", "--activation_checkpointing=true", "--lora_r=16", "--lora_alpha=32",
-        "--executor_slots=8" if cuda else "--executor_slots=2",
-    ]  # fmt: skip
-    cfg = parse_rl_config(argv)
-    checked = validate(cfg, check_layout=False)
-    prompted = build_prompts(checked.examples, checked.prompts)
-    backend = stack_backend("viunit", cuda, scale)
-    with SyncRunner(ToolHost(backend), checked.runner) as runner:  # the executor starts before the models
-        before = memory_now(cuda)
-        models.install(backend, scale, root, STACKS["viunit"])
-        tools_gib = memory_now(cuda) - before
-        online.load_model = lambda args, device=None: (policy, lora_config(args))
-        composer = RewardComposer(checked.rewards, resources={"runner": runner})
-        trainer_hook = online.build_trainer
-
-        def build_and_substitute(*args, **kwargs):
-            trainer, recorder = trainer_hook(*args, **kwargs)
-            substitute_programs(trainer, trainer.processing_class, bodies)
-            return trainer, recorder
-
-        online.build_trainer = build_and_substitute  # run_mode takes it from the module when it runs
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        start = memory_now(cuda)
-        totals = defaultdict(float)
-        timed(RewardComposer, "__call__", "reward", totals)
-        per_step = run_mode(cfg, prompted, composer, runner, root / "run", totals)
-        peak = (torch.cuda.max_memory_allocated() / GIB) if cuda else memory_now(cuda)
-    rows = per_step[1:] or per_step
-    total = {c: sum(r.get(c, 0.0) for r in rows) for c in COLUMNS}
-    gpus = [torch.cuda.get_device_properties(0).total_memory / GIB] if cuda else [80.0]
-    predicted = plan_layout(cfg, checked.tool_stack, checked.rewards, [e.query for e in checked.examples], gpus)
-    return {
-        "steps": per_step,
-        "summed": total,
-        "exec_reward_share": (total["execution"] + total["reward"]) / total["step"] if total["step"] else 0.0,
-        "memory": {"policy (training)": peak - start - tools_gib if cuda else None, "tools (all)": tools_gib},
-        "predicted": {c.name: c.gib for c in predicted.components},
-    }
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="bench/gpu/acceptance.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--tiny", action="store_true", help="toy sizes (the CPU test of this script)")
-    ap.add_argument("--steps", type=int, default=3, help="GRPO steps (the first is warm-up)")
-    ap.add_argument("--calls", type=int, default=32, help="tool calls per measurement")
-    ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "acceptance-results", help="results folder (default: $OUT, else ./acceptance-results)")  # fmt: skip
+    ap.add_argument("--tiny", action="store_true", help="toy sizes on the CPU (the test of this script)")
+    ap.add_argument("--budget_s", type=float, default=BUDGET_S, help=f"seconds for all parts (default {BUDGET_S:.0f})")
+    ap.add_argument("--steps", type=int, default=2, help="steps of the step and grpo_trl parts (the first warms up)")
+    ap.add_argument("--calls", type=int, default=16, help="tool calls per tool_speed measurement")
+    ap.add_argument("--sandbox", choices=("auto", "full", "none"), default="auto", help="auto: full where the probe finds every layer, else none")  # fmt: skip
+    ap.add_argument("--without", default="", help=f"packages to treat as absent, as on the GPU machine ({GPU_MACHINE_LACKS})")  # fmt: skip
+    ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (preflight always runs)")
+    ap.add_argument("--fail_part", default=None, choices=PARTS, help="raise inside this part (tests the guard)")
+    ap.add_argument("--kill_after", default=None, choices=PARTS, help="SIGKILL this process after this part (tests that results are on disk)")  # fmt: skip
+    ap.add_argument(
+        "--render", default=None, metavar="RESULTS_JSONL", help="print the table of a results file and exit"
+    )
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.parts.split(",")) - set(PARTS))
+    if unknown:
+        ap.error(f"--parts: unknown {unknown}; valid: {', '.join(PARTS)}")
+    if args.steps < 1 or args.calls < 1:
+        ap.error("--steps and --calls must be at least 1")
+    return args
+
+
+def injected(name: str, fn: Callable[[Context], None]) -> Callable[[Context], None]:
+    def fail(ctx: Context) -> None:
+        raise RuntimeError(f"failure injected into part {name} by --fail_part")
+
+    return fail
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        path = Path(args.render)
+        if not path.is_file():
+            print(f"error: --render: {path} does not exist", file=sys.stderr)
+            return 2
+        print(render(read(path)), end="")
+        return 0
+    hidden = [n for n in args.without.split(",") if n]
+    if hidden:
+        hide_packages(hidden)
+    rec = Recorder(Path(args.out))
+    rec.write("preflight", "run", scale="tiny" if args.tiny else "real", date=time.strftime("%Y-%m-%d %H:%M"),
+              argv=sys.argv[1:] if argv is None else argv, budget_s=args.budget_s,
+              plan={"preflight": PREFLIGHT_S, **{name: s for name, s, _ in PLAN}})  # fmt: skip
     import torch
 
-    cuda = torch.cuda.is_available() and not args.tiny
-    scale = "tiny" if args.tiny else "real"
-    device = torch.cuda.get_device_name(0) if cuda else "CPU"
-    results: dict[str, Any] = {"device": device, "scale": scale, "date": time.strftime("%Y-%m-%d")}
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        results["tools"] = tools_part(scale, cuda, root, args.calls)
-        results["grpo"] = grpo_part(scale, cuda, root, args.steps)
-    print(render(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=float))
-    return results
-
-
-def render(results: dict[str, Any]) -> str:
-    lines = [f"# GPU acceptance: {results['device']}, {results['scale']} sizes, {results['date']}", "", "## 1. tools"]
-    lines.append(
-        f"{'stack':<9} {'tool':<7} {'params':>7} {'batch':>5} {'batched/s':>10} {'single/s':>9} {'x':>6} {'peak GiB':>9}"
-    )
-    for r in results["tools"]:
-        if "speedup" not in r:
-            lines.append(f"{r['stack']:<9} all models resident: {r['resident_gib']:.2f} GiB")
-            continue
-        goal = "" if r["speedup"] >= 4 else "  (below the 4x goal)"
-        lines.append(
-            f"{r['stack']:<9} {r['tool']:<7} {r['params_b']:>6.2f}B {r['batch']:>5} {r['batched_per_s']:>10.1f} "
-            f"{r['single_per_s']:>9.1f} {r['speedup']:>5.1f}x {r['peak_gib']:>9.2f}{goal}"
-        )
-    g = results["grpo"]
-    s = g["summed"]
-    lines += ["", f"## 2. GRPO steps (steps 2..{len(g['steps'])} summed, seconds)"]
-    lines.append(
-        "  ".join(f"{k} {s[k]:.2f}" for k in ("step", "generation", "logprobs", "execution", "reward", "update"))
-    )
-    verdict = "meets" if g["exec_reward_share"] <= 0.30 else "misses"
-    lines.append(f"execution + reward: {100 * g['exec_reward_share']:.1f} % of a step ({verdict} the 30 % goal)")
-    lines += ["", "## 3. memory, predicted by the layout check vs measured (GiB)"]
-    for name, value in g["predicted"].items():
-        lines.append(f"  predicted {name:<30} {value:6.2f}")
-    for name, value in g["memory"].items():
-        lines.append(f"  measured  {name:<30} {'n/a (CPU)' if value is None else f'{value:6.2f}'}")
-    return "\n".join(lines)
+    device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
+    if args.tiny:
+        torch.set_num_threads(1)  # toy models: a second thread costs more than it gives on a busy CPU
+    chosen = set(args.parts.split(","))
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="vprl-acceptance-") as tmp:
+        ctx = Context(rec=rec, scale="tiny" if args.tiny else "real", device=device, root=Path(tmp),
+                      calls=args.calls, steps=args.steps, sandbox=args.sandbox)  # fmt: skip
+        parts = [("preflight", PREFLIGHT_S, lambda c: preflight.run(c, hidden)), *PLAN]
+        for name, planned, fn in parts:
+            if name != "preflight" and name not in chosen:
+                continue
+            part = injected(name, fn) if name == args.fail_part else fn
+            status = run_part(
+                rec, name, lambda part=part: part(ctx), planned, args.budget_s, always=name == "preflight"
+            )
+            failed += status in ("failed", "timed out")
+            rec.render()
+            if name == args.kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+            gc.collect()
+            if ctx.cuda:
+                torch.cuda.empty_cache()
+        ctx.built.clear()  # the models go before the folder their tokenizers came from
+    rec.close()
+    print(rec.render().read_text(encoding="utf-8"), end="")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

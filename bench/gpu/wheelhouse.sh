@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The packages a bare CUDA machine (torch, transformers, peft, accelerate, opencv, scikit-image already
-# there) lacks for bench/gpu/acceptance.py, as wheels for its Python, in bench/gpu/wheelhouse/ (kept
-# out of git; copied along with the checkout). Run it where pip can reach the package index:
+# there) lacks for the grpo_trl part of bench/gpu/acceptance.py (every other part runs without them),
+# as wheels for its Python, in bench/gpu/wheelhouse/ (kept out of git; copied along with the
+# checkout). Run it where pip can reach the package index:
 #
 #   bench/gpu/wheelhouse.sh [PYTHON_VERSION]        # default 3.12, the GPU image's
 #

@@ -205,11 +205,13 @@ def sft(model, tokenizer, pairs: list[SFTPair], cfg: BootstrapConfig, work: Path
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    from train.recipe.trainer_args import checkpointing
+
     data = Dataset.from_list([{"prompt": p.prompt, "completion": p.completion} for p in pairs])
     args = SFTConfig(
         output_dir=str(work),
         completion_only_loss=True,
-        activation_checkpointing=False,  # trl turns it on by default; a tiny model needs no memory saving
+        **checkpointing(False),  # trl turns it on by default; a tiny model needs no memory saving
         max_length=cfg.context,
         per_device_train_batch_size=cfg.batch_size,
         num_train_epochs=cfg.epochs,
