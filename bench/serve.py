@@ -151,7 +151,7 @@ def main() -> None:
     args = p.parse_args()
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             throughput(Path(tmp), args.calls)

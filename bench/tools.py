@@ -116,7 +116,7 @@ def measure(backend: Any, tool: str, calls: list[Any], batched: bool, cuda: bool
 
     depth_model = None
     if tool == "depth":  # do not let one pass reuse the other pass's cached depth maps
-        depth_model = backend._model("depth", "depth", lambda *a: None)
+        depth_model = backend._model("depth")
         depth_model.maps.clear()
     with PeakMemory(cuda) as mem:
         start = time.perf_counter()

@@ -5,6 +5,8 @@ call, answers repeats from a content-keyed cache (tool, backend config, image ha
 arguments), merges identical calls that are in flight, and micro-batches concurrent calls per tool
 (`max_batch_size`, `max_wait_ms`) so a GPU backend sees batches. The backend runs on one worker
 thread, so a slow or hung model never blocks the event loop, and every call has a timeout.
+`preload()` loads the backend's models before the first call: the timeout is for a hung model,
+and a cold load (BLIP-2 XXL's can outlast it) would otherwise spend it and fail the first steps.
 
 Failure policy: `ToolError` (bad arguments) is the program's fault and is raised back into the
 program; a backend that raises `ToolUnavailable`, crashes, hangs past `rpc_timeout_s` or returns
@@ -84,6 +86,11 @@ class ToolHost:
         }
         self._batch_sizes: dict[int, int] = {}
         self._videos: dict[tuple[str, int | None], list[ImageInfo]] = {}
+
+    def preload(self) -> list[str]:
+        """Load every model of the backend now, on the thread its calls run on; returns what loaded.
+        Call it once the sandbox supervisor is up (it must start lean) and before the first program."""
+        return self._pool.submit(self.backend.preload).result()
 
     # -- tool calls ------------------------------------------------------------------------------
     async def call(self, call: ToolCall) -> tuple[Any, bool, float]:
@@ -195,8 +202,8 @@ class ToolHost:
         self._counts["backend_calls"] += len(calls)
         try:
             results = await loop.run_in_executor(self._pool, self.backend.run, tool, calls)
-        except (ToolError, ToolUnavailable, asyncio.CancelledError):
-            raise
+        except (ToolError, ToolUnavailable, asyncio.CancelledError, GeneratorExit):
+            raise  # GeneratorExit: the event loop shut down with this batch in flight; nothing is waiting
         except BaseException as exc:  # noqa: BLE001 — a crashing model is our failure, never the program's
             raise ToolUnavailable(
                 f"the {tool} backend crashed: {type(exc).__name__}: {str(exc)[:MAX_TRACE]}"

@@ -117,6 +117,7 @@ async def run(args: argparse.Namespace) -> Counter:
     )
     try:
         async with BatchRunner(host, config) as runner:
+            host.preload()  # models load before the first program, not inside its first call's timeout
             results = await runner.run(
                 [(examples[row["example_id"]], row["program"]) for row in programs], progress=True, desc="executing"
             )

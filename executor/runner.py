@@ -7,10 +7,16 @@ never the query's answers. Identical programs (same `program_key`) on the same e
 and the result is shared. It serves the sandboxes' tool calls, keeps a trace per program, and
 enforces the per-program tool-call cap.
 
+Two clocks bound a program (docs/design-notes.md, "Program timeouts"): `timeout_s` of its own
+time, tool waits excluded (the supervisor's), and `wall_timeout_s` from its first tool request on,
+tool waits included (the runner's: that request is how it learns the program has started).
+
 `infra_error` is reserved for our failures: the tool host failing, the sandbox failing to set up,
 the supervisor dying, or shutting down with work in flight. The trainer masks those.
 
 `sandbox: none` (debugging only) runs programs in this process instead: see `executor/unsandboxed.py`.
+Where `sandbox: auto` (the default) finds no namespaces, the restricted sandbox's one-line notice is
+logged at start (docs/design-notes.md#the-sandbox-without-namespaces).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import contextlib
 import functools
 import hashlib
 import itertools
-import os
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -35,41 +41,15 @@ from executor.host import ToolHost
 from executor.limits import MAX_ERROR, MAX_MESSAGE, MAX_NAME, MAX_SNIPPET, MAX_TRACE
 from executor.program import program_key
 from executor.results import ExecutionResult, ToolCallRecord, short_result
+from executor.runner_config import SANDBOX_MODES, RunnerConfig
 from executor.sandbox.channel import encode_inputs
-from executor.sandbox.child import Limits
 from executor.sandbox.connection import SandboxUnavailable, SupervisorConnection
-from executor.sandbox.probe import LAYERS
-from executor.sandbox.spawning import SPAWN_MODES
 from executor.tools.calls import ToolCall
 from executor.tools.errors import ToolError, ToolUnavailable
 from executor.tools.images import ImageInfo
 from executor.unsandboxed import run_unsandboxed, warn_unsandboxed
 
-SANDBOX_MODES = ("full", "none")
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    slots: int = field(default_factory=lambda: os.cpu_count() or 1)
-    timeout_s: float = 5.0  # per program, not counting time spent waiting on the tool host
-    rpc_timeout_s: float = 30.0  # one tool call; past it the call is an infra failure
-    max_rpcs: int = 200  # tool calls (and pixel requests) per program
-    sandbox: str = "full"
-    limits: Limits = field(default_factory=Limits)
-    require_layers: tuple[str, ...] = LAYERS
-    memo_size: int = 50_000
-    # How a sandbox is started (same layers either way; see executor/sandbox/child.py): "clone" = one
-    # clone(2) into the new namespaces and a per-slot empty network namespace (fast); "fork" = the
-    # original fork + unshare + fork with a fresh network namespace per program.
-    spawn: str = "clone"
-
-    def __post_init__(self) -> None:
-        if self.sandbox not in SANDBOX_MODES:
-            raise ValueError(f"sandbox must be one of {SANDBOX_MODES}, got {self.sandbox!r}")
-        if self.spawn not in SPAWN_MODES:
-            raise ValueError(f"spawn must be one of {SPAWN_MODES}, got {self.spawn!r}")
-        if self.slots < 1:
-            raise ValueError(f"slots must be >= 1, got {self.slots}")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -82,6 +62,7 @@ class _TaskState:
     rpc_limit: bool = False
     infra: str | None = None
     owner: object = field(default_factory=object)  # holds the images this program registers
+    overrun: asyncio.TimerHandle | None = None  # stops it `wall_timeout_s` after its first request
 
 
 class BatchRunner:
@@ -98,6 +79,7 @@ class BatchRunner:
         self._images: dict[tuple[str, str | None], ImageInfo] = {}
         self._reader: asyncio.Task | None = None
         self._local_lock: asyncio.Lock | None = None
+        self._rpcs: set[asyncio.Task] = set()  # tool requests being answered
         self._closed = False
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -106,9 +88,12 @@ class BatchRunner:
             warn_unsandboxed()
             self._local_lock = asyncio.Lock()
         else:
+            cfg = self.config
             self.supervisor = await SupervisorConnection.start(
-                self.config.slots, self.config.limits, self.config.require_layers, spawn=self.config.spawn
+                cfg.slots, cfg.limits, cfg.require_layers, spawn=cfg.spawn, sandbox=cfg.sandbox
             )
+            if self.supervisor.notice:
+                log.warning(self.supervisor.notice)
             self._reader = asyncio.get_running_loop().create_task(self._read_loop())
         return self
 
@@ -117,6 +102,9 @@ class BatchRunner:
             return
         self._closed = True
         self._fail_all("the executor shut down with this program in flight")
+        for rpc in list(self._rpcs):  # a stopped program's last call may still be waiting on the tools
+            rpc.cancel()
+        await asyncio.gather(*self._rpcs, return_exceptions=True)
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -133,6 +121,11 @@ class BatchRunner:
     @property
     def layers(self) -> dict[str, str]:
         return self.supervisor.layers if self.supervisor else {}
+
+    @property
+    def isolation(self) -> str:
+        """How programs are isolated: "full", "restricted" or "none"."""
+        return self.supervisor.isolation if self.supervisor else "none"
 
     # -- submitting ------------------------------------------------------------------------------
     async def run(
@@ -247,7 +240,11 @@ class BatchRunner:
                 if op == "rpc":
                     state = self._tasks.get(frame["task"])
                     if state is not None:
-                        asyncio.get_running_loop().create_task(self._serve_rpc(frame["task"], state, frame["request"]))
+                        rpc = asyncio.get_running_loop().create_task(
+                            self._serve_rpc(frame["task"], state, frame["request"])
+                        )
+                        self._rpcs.add(rpc)
+                        rpc.add_done_callback(self._rpcs.discard)
                 elif op == "done":
                     state = self._tasks.pop(frame["task"], None)
                     if state is not None:
@@ -260,6 +257,9 @@ class BatchRunner:
             self._fail_all(f"bad message from the sandbox supervisor: {exc!r}"[:MAX_MESSAGE])
 
     async def _serve_rpc(self, task_id: int, state: _TaskState, request: dict[str, Any]) -> None:
+        if state.overrun is None:
+            loop = asyncio.get_running_loop()
+            state.overrun = loop.call_later(self.config.wall_timeout_s, self._stop_overrun, task_id)
         reply = await self._answer(state, request)
         if task_id in self._tasks:
             try:
@@ -269,6 +269,21 @@ class BatchRunner:
                 await self.supervisor.send({"op": "reply", "task": task_id, "reply": reply})
             except (ConnectionError, RuntimeError) as exc:
                 self._fail_all(f"lost the sandbox supervisor: {exc!r}")
+
+    def _stop_overrun(self, task_id: int) -> None:
+        if task_id not in self._tasks or self.supervisor is None:
+            return
+        error = (
+            f"the program ran longer than {self.config.wall_timeout_s:g} s after its first tool call, "
+            "counting the time it waited on the tools"
+        )
+        frame = {"op": "kill", "task": task_id, "status": "timeout", "error": error}
+        task = asyncio.get_running_loop().create_task(self.supervisor.send(frame))
+        task.add_done_callback(self._kill_sent)
+
+    def _kill_sent(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._fail_all(f"lost the sandbox supervisor: {task.exception()!r}"[:MAX_MESSAGE])
 
     async def _answer(self, state: _TaskState, request: dict[str, Any]) -> dict[str, Any]:
         """One request from a program -> a reply frame. Never raises."""
@@ -310,6 +325,8 @@ class BatchRunner:
 
     # -- results ---------------------------------------------------------------------------------
     def _resolve(self, state: _TaskState, frame: dict[str, Any]) -> None:
+        if state.overrun is not None:
+            state.overrun.cancel()
         if state.future.done():
             return
         status, error = frame.get("status", "infra_error"), frame.get("error")

@@ -27,6 +27,7 @@ def suite(tmp_path_factory):
     os.environ["VPRL_FAKE_HF_TOKEN"] = SECRET_ENV
     try:
         with SyncRunner(host, RunnerConfig(slots=2, timeout_s=TIMEOUT, max_rpcs=MAX_RPCS)) as runner:
+            host.preload()  # as the commands do: a probe's first tool call must not wait on an import
             canary = runner.run([(examples[0], CANARY)])[0]
             # Dangerous probes run only once the canary shows that isolation is on.
             assert canary.status == "ok" and canary.answer["root"] == [] and canary.answer["uid"] >= 60000, canary

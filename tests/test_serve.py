@@ -44,7 +44,7 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A local Ray instance with the shapes stack deployed (one replica per tool)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never a stale cluster
     stack = tmp_path_factory.mktemp("stack") / "shapes_served.yaml"
     stack.write_text(yaml.safe_dump({"backend": "shapes", "serve": SERVE}))
     settings = deploy(stack)

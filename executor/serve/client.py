@@ -125,6 +125,11 @@ class ServedBackend(ToolBackend):
             pending = again
         return [_unwrap(tool, answer) for answer in answers]
 
+    def preload(self) -> list[str]:
+        """Nothing loads here: each replica loaded its models before Serve routed it a call, which the
+        deployments being RUNNING (checked when this backend was built) implies. Returns what they hold."""
+        return [f"{item} (served by {name})" for name, stats in self.metrics().items() for item in stats["preloaded"]]
+
     def metrics(self) -> dict[str, Any]:
         """What a replica of each deployment reports (calls, cache hits, batches, mixed batches)."""
         return {name: handle.stats.remote().result(timeout_s=10) for name, handle in self.deployments.items()}

@@ -1,6 +1,7 @@
 """Deploy a tool stack on Ray Serve: one application per tool, `<app_prefix><tool>`, each a
 `ToolReplica` deployment placed as the stack's `serve:` section says. Nothing loads a model here:
-each replica loads its tool's model when it starts, on the GPUs Ray gives it."""
+each replica loads its tools' models in its constructor, on the GPUs Ray gives it, and `serve.run`
+returns once every replica has, so a deployed stack answers its first call without a cold load."""
 
 from __future__ import annotations
 
@@ -41,7 +42,14 @@ def connect(address: str | None) -> str:
     if not ray.is_initialized():
         _reachable(address)
         try:
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+            # None means a cluster of our own: ray.init(address=None) would attach to whatever cluster
+            # /tmp/ray/ray_current_cluster names, which a finished `ray start` leaves behind.
+            ray.init(
+                address="local" if address is None else address,
+                ignore_reinit_error=True,
+                log_to_driver=False,
+                include_dashboard=False,
+            )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ServiceUnavailable(
                 f"no Ray cluster at {address!r} ({exc}); start one with `ray start --head` and deploy the tools "

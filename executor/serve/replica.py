@@ -8,6 +8,8 @@ client sends it again with the pixels. Answers are `{"result": ...}`, `{"tool_er
 (the program's fault), `{"unavailable": message}` (the backend cannot: ours, not retried) or
 `{"need_pixels": ref}`; anything raised is ours too, and the client retries it.
 Calls are batched across clients by `@serve.batch` (sizes set from the stack's `serve:` section).
+A replica loads its models in its constructor: Serve routes no request to it before that returns,
+so a cold load is never spent out of a client's call timeout.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class ToolReplica:
         self.tools = list(tools)
         self.images = ImageStore()
         self.backend = build_backend(stack, self.images)
+        self.preloaded = self.backend.preload()
         self.backend_hash = self.backend.config_hash()
         self.cache: OrderedDict[str, Any] = OrderedDict()
         self.cache_size = cache_size
@@ -125,5 +128,6 @@ class ToolReplica:
             "batches": len(sizes),
             "mean_batch": sum(sizes) / len(sizes) if sizes else 0.0,
             "mixed_batches": sum(b["clients"] > 1 for b in self.batches),
+            "preloaded": list(self.preloaded),
             "pid": os.getpid(),
         }

@@ -42,6 +42,11 @@ class ToolPlacement:
             raise ValueError("num_replicas and max_batch_size must be >= 1")
         if self.num_gpus < 0 or self.num_cpus < 0 or self.batch_wait_timeout_s < 0:
             raise ValueError("num_gpus, num_cpus and batch_wait_timeout_s must be >= 0")
+        if isinstance(self.autoscaling, dict) and self.autoscaling.get("min_replicas", 1) < 1:
+            # A replica started by a call loads its model inside that call's timeout: infra_error.
+            raise ValueError(
+                "autoscaling.min_replicas must be >= 1: a replica started on demand loads its model during a call"
+            )
         if self.max_ongoing_requests is not None and self.max_ongoing_requests < self.max_batch_size:
             raise ValueError(
                 f"max_ongoing_requests ({self.max_ongoing_requests}) below max_batch_size ({self.max_batch_size}) "

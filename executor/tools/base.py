@@ -64,6 +64,12 @@ class ToolBackend:
     def supports(self, tool: str) -> bool:
         return callable(getattr(self, tool, None)) and tool in TOOLS
 
+    def preload(self) -> list[str]:
+        """Load every model (and slow library) the backend's tools use, before the first call, so a
+        cold load is never counted against a call's timeout; returns what it loaded. By default
+        nothing: a backend that loads nothing lazily has nothing to do."""
+        return []
+
     def run(self, tool: str, calls: list[ToolCall]) -> list[Any]:
         if not self.supports(tool):
             raise ToolUnavailable(f"the {self.name!r} backend has no {tool!r} tool")

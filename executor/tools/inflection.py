@@ -14,11 +14,17 @@ from functools import cache, lru_cache
 
 @cache
 def _engine():
-    # Imported on first use: `inflect` type-checks its engine at import time (about 1.5 s), and
-    # most comparisons are of equal words that never need it.
+    # Imported on first use: `inflect` type-checks its engine at import time (1.5 s on an idle
+    # core, 9 s measured on a busy one), and most comparisons are of equal words that never need it.
     import inflect
 
     return inflect.engine()
+
+
+def load() -> None:
+    """Import the library now: a tool host does it before its first call (`OracleBackend.preload`),
+    so the import is not spent out of that call's timeout."""
+    _engine()
 
 
 @lru_cache(maxsize=65536)

@@ -21,6 +21,7 @@ from executor.tools.base import ToolBackend
 from executor.tools.calls import ToolCall
 from executor.tools.errors import ToolUnavailable
 from executor.tools.images import ImageStore
+from executor.tools.inflection import load as load_inflection
 from executor.tools.inflection import same_noun
 from executor.tools.lexicon import categories_of
 from executor.tools.oracle_scene import SceneObject, View, scene_objects, strip_fillers, tokens
@@ -57,6 +58,10 @@ class OracleBackend(ToolBackend):
         self.llm_answers = dict(llm_answers or {})
         self.min_visible = min_visible
         self._objects: dict[str, list[SceneObject]] = {}
+
+    def preload(self) -> list[str]:
+        load_inflection()
+        return ["inflect (noun forms)"]
 
     # -- scene lookup ------------------------------------------------------------------------
     def _scene_objects(self, ref: str) -> list[SceneObject]:

@@ -44,7 +44,7 @@ class LayoutError(ValueError):
 @dataclass(frozen=True)
 class DiffusionConfig:
     model: str = ""  # diffusers checkpoint (path or hub id)
-    device: str = "auto"
+    device: str = "auto"  # auto and cuda: this training process's GPU (executor/tools/devices.py)
     dtype: str = "auto"  # auto: float16 on CUDA, float32 on CPU
     steps: int = 50
     guidance_scale: float = 16.0

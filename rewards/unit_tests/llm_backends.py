@@ -5,7 +5,9 @@ Two backends share one call, `generate(prompts, sampling) -> [[reply] * n per pr
 - `HFBackend`: a transformers causal LM, left-padded batched `generate` with
   `num_return_sequences=n` (greedy when `temperature == 0`, which gives one reply per prompt);
 - `VllmBackend`: vLLM's offline engine (`vllm.LLM`), imported on first use. The engine can be
-  passed in, so a test drives the code path with a fake engine on a CPU.
+  passed in, so a test drives the code path with a fake engine on a CPU. vLLM puts an engine it
+  starts on the first visible GPU, so one is refused in a process whose GPU is another
+  (`executor/tools/devices.py`; the layout check refuses the recipe first).
 
 Both wrap each prompt as one user turn when the tokenizer has a chat template (instruction-tuned
 models expect it) and sample from a seeded generator so a run is reproducible.
@@ -22,6 +24,7 @@ from typing import Any, ClassVar, Protocol
 
 from tqdm.auto import tqdm
 
+from executor.tools.devices import vllm_refusal
 from executor.tools.hf.loading import Placement, from_pretrained, input_device, resolve_device
 from executor.tools.hf.sampling import SamplingSettings, sampling_fields
 
@@ -40,7 +43,7 @@ class BackendSettings:
 
     model: str = ""  # checkpoint path or hub id
     backend: str = "transformers"  # or "vllm" (GPU), or "server" (an OpenAI-compatible server: `vllm serve`)
-    device: str = "auto"
+    device: str = "auto"  # auto and cuda: this training process's GPU (executor/tools/devices.py)
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU (vLLM: its own "auto")
     quantization: str = "none"  # transformers only: none | 8bit | 4bit
     chat_template: bool = True
@@ -202,6 +205,14 @@ class VllmBackend:
                 ) from exc
             if self.settings.quantization != "none":
                 raise ValueError("quantization is a transformers-backend setting; vLLM reads it from the checkpoint")
+            refusal = vllm_refusal(
+                resolve_device(self.settings.device),
+                f"{self.settings.model} (backend: vllm)",
+                "serve it once for every process (backend: server) or write the tests first "
+                "(python -m train.prepare_unit_tests)",
+            )
+            if refusal:
+                raise RuntimeError(refusal)
             self._engine = LLM(
                 model=self.settings.model,
                 dtype=self.settings.dtype,

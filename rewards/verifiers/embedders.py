@@ -8,7 +8,8 @@
 - `"mean:<path>"`: any transformers encoder, mean-pooled over tokens (a Sentence-BERT checkpoint
   is a BERT with mean pooling; ExoViP compares captions with Sentence-BERT).
 
-Add `@cuda` (or any torch device) to place the model: `"mean:sentence-transformers/all-MiniLM-L6-v2@cuda"`.
+Add `@cuda` (or any torch device) to place the model: `"mean:sentence-transformers/all-MiniLM-L6-v2@cuda"`;
+`cuda` and `auto` mean this training process's GPU (`executor/tools/devices.py`), the CPU is the default.
 Vectors are L2-normalised, so a dot product is the cosine similarity.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from executor.tools.hf.loading import resolve_device
 from rewards.unit_tests.sampler import Embedder, hashing_embedder
 
 KINDS = ("hashing", "clip", "mean")
@@ -30,7 +32,7 @@ def build_embedder(spec: str = "hashing", batch_size: int = 64) -> Embedder:
     if kind == "hashing":
         return hashing_embedder()
     path, _, device = rest.partition("@")
-    return _TransformersEmbedder(kind, path, device or "cpu", batch_size)
+    return _TransformersEmbedder(kind, path, resolve_device(device or "cpu"), batch_size)
 
 
 class _TransformersEmbedder:

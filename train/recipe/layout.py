@@ -1,10 +1,12 @@
 """Where each part of an RL run goes and how much GPU memory it needs, known before any weight loads.
 
-Every training process (one per GPU under `accelerate launch`) holds the policy under training and,
-with `vllm_mode: colocate`, its vLLM engine; the tool host of each process loads its own copy of the
-stack's models unless they are served (`tool_service`); the unit-test reward loads its test writer
-and image generator unless their cache already holds every test and image. The layout check adds
-this up per GPU and refuses a run that cannot fit, naming what to move.
+Every training process holds the policy under training and, with `vllm_mode: colocate`, its vLLM
+engine; the tool host of each process loads its own copy of the stack's models unless they are
+served (`tool_service`); the unit-test reward loads its test writer and image generator unless their
+cache already holds every test and image. Each process puts all of these on its rank's GPU, by the
+rule the loading code itself uses (`executor/tools/devices.py`: local rank modulo the GPU count, as
+accelerate places the policy). The check adds them up on each GPU for every process of the node and
+refuses a run that cannot fit, naming the GPU and what to move.
 
 Sizes come from each model's config when it is in the local hub cache (the parameters are counted on
 an empty-weight instance: nothing is loaded) or a local folder, else from `configs/layout/model_sizes.yaml`.
@@ -23,6 +25,7 @@ from typing import Any
 import yaml
 
 from executor.tools.calls import TOOLS
+from executor.tools.devices import device_index, local_processes, vllm_refusal
 from train.recipe.parsing import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,41 +46,78 @@ class ModelSize:
 @dataclass(frozen=True)
 class Component:
     name: str
-    where: str  # "each training GPU", "the tool service", "not loaded", "the CPU"
+    where: str  # "each training GPU" (each process's own), "the tool service", "not loaded", "the CPU"
     gib: float
     note: str = ""
+    vllm: bool = False  # an engine vLLM starts in the training process (it picks its own GPU)
 
 
 @dataclass
 class Layout:
     components: list[Component]
     gpus: list[float] = field(default_factory=list)  # GiB of each visible GPU
+    processes: int = 1  # training processes of this node, all seeing `gpus`
+
+    @property
+    def per_process(self) -> float:
+        """What one training process puts on its GPU."""
+        return sum(c.gib for c in self.components if c.where == "each training GPU")
+
+    def ranks_on(self) -> list[list[int]]:
+        """The local ranks each visible GPU holds."""
+        ranks: list[list[int]] = [[] for _ in self.gpus]
+        for rank in range(self.processes):
+            ranks[device_index(rank, len(self.gpus))].append(rank)
+        return ranks
+
+    def per_device(self) -> list[float]:
+        """GiB planned on each visible GPU: every process's share on its rank's GPU."""
+        return [len(ranks) * self.per_process for ranks in self.ranks_on()]
 
     @property
     def per_gpu(self) -> float:
-        return sum(c.gib for c in self.components if c.where == "each training GPU")
+        """The fullest GPU's plan."""
+        return max(self.per_device(), default=0.0)
 
     def render(self) -> str:
         lines = ["layout (estimates, before any weight loads):"]
         for c in self.components:
             size = f"{c.gib:6.1f} GiB" if c.gib else "      -   "
             lines.append(f"  {c.name:<30} {size}  {c.where}{f'  ({c.note})' if c.note else ''}")
-        if self.gpus:
-            lines.append(f"  per training GPU: {self.per_gpu:.1f} GiB of {min(self.gpus):.1f} GiB")
-        else:
+        if not self.gpus:
             lines.append("  no GPU visible: everything runs on the CPU")
+            return "\n".join(lines)
+        lines.append(f"  per training GPU: {self.per_gpu:.1f} GiB of {min(self.gpus):.1f} GiB")
+        for index, (ranks, gib) in enumerate(zip(self.ranks_on(), self.per_device())):
+            if ranks:
+                lines.append(f"    cuda:{index}: local rank(s) {', '.join(map(str, ranks))}, {gib:.1f} GiB")
         return "\n".join(lines)
 
     def check(self) -> None:
-        """Refuse a layout that cannot fit the smallest visible GPU, naming what to move."""
-        if not self.gpus or self.per_gpu <= HEADROOM * min(self.gpus):
+        """Refuse a layout that cannot fit a visible GPU, naming the GPU and what to move, and an
+        in-process vLLM engine that would not land on its process's GPU."""
+        if not self.gpus:
             return
-        movable = [c for c in self.components if c.where == "each training GPU" and c.note.startswith("move:")]
-        advice = "; ".join(f"{c.name} ({c.gib:.1f} GiB): {c.note.removeprefix('move: ')}" for c in movable)
-        raise ConfigError(
-            f"layout: each training GPU would need {self.per_gpu:.1f} GiB but has {min(self.gpus):.1f} GiB. "
-            f"Move out: {advice or 'nothing movable; use a larger GPU or QLoRA (load_in_4bit)'}\n{self.render()}"
-        )
+        for index, ranks in enumerate(self.ranks_on()):
+            for c in self.components:
+                problem = (
+                    ranks
+                    and c.vllm
+                    and c.where == "each training GPU"
+                    and vllm_refusal(f"cuda:{index}", c.name, c.note.removeprefix("move: "))
+                )
+                if problem:
+                    raise ConfigError(f"layout: local rank {ranks[0]}: {problem}")
+        for index, (ranks, gib) in enumerate(zip(self.ranks_on(), self.per_device())):
+            if gib <= HEADROOM * self.gpus[index]:
+                continue
+            movable = [c for c in self.components if c.where == "each training GPU" and c.note.startswith("move:")]
+            advice = "; ".join(f"{c.name} ({c.gib:.1f} GiB): {c.note.removeprefix('move: ')}" for c in movable)
+            raise ConfigError(
+                f"layout: cuda:{index} would need {gib:.1f} GiB for {len(ranks)} training process(es) but has "
+                f"{self.gpus[index]:.1f} GiB. Move out: "
+                f"{advice or 'nothing movable; use a larger GPU or QLoRA (load_in_4bit)'}\n{self.render()}"
+            )
 
 
 def visible_gpus() -> list[float]:
@@ -169,7 +209,8 @@ def tool_components(stack: dict[str, Any], service: str | None) -> list[Componen
             continue
         gib = model_size(block["model"]).params * BYTES[key[1]] / GIB
         note = "" if service else "move: serve the tools (tool_service, python -m executor.serve)"
-        seen[key] = Component(f"tool {tool}", where, gib, note)
+        vllm = tool == "llm" and block.get("engine") == "vllm"
+        seen[key] = Component(f"tool {tool}", where, gib, note, vllm=vllm)
     return list(seen.values())
 
 
@@ -184,14 +225,21 @@ def unit_test_components(settings: dict[str, Any], gpu_gib: float, prepared: boo
         if writer.get("backend") == "server":
             out.append(Component("unit-test writer", "its own server", 0.0, writer.get("base_url", "")))
         else:
-            out.append(Component("unit-test writer", where, 0.0 if prepared else _llm_gib(writer, gpu_gib), note))
+            out.append(_llm_component("unit-test writer", writer, where, gpu_gib, prepared, note))
     if str(settings.get("generator", "")).startswith("diffusers") and generator.get("model"):
         gib = model_size(generator["model"]).params * 2 / GIB
         out.append(Component("unit-test image generator", where, gib if not prepared else 0.0, note))
         planner = generator.get("layout") or {}
         if planner.get("model"):
-            out.append(Component("unit-test layout LLM", where, 0.0 if prepared else _llm_gib(planner, gpu_gib), note))
+            out.append(_llm_component("unit-test layout LLM", planner, where, gpu_gib, prepared, note))
     return out
+
+
+def _llm_component(
+    name: str, settings: dict[str, Any], where: str, gpu_gib: float, prepared: bool, note: str
+) -> Component:
+    vllm = settings.get("backend") == "vllm"
+    return Component(name, where, 0.0 if prepared else _llm_gib(settings, gpu_gib), note, vllm=vllm and not prepared)
 
 
 def _llm_gib(settings: dict[str, Any], gpu_gib: float) -> float:
@@ -205,6 +253,7 @@ def plan_layout(cfg: Any, stack: dict[str, Any], rewards: Any, queries: list[str
     """The layout of a checked recipe on `gpus` (GiB each; empty: no GPU)."""
     if not gpus:
         return Layout([Component("everything", "the CPU", 0.0)], [])
+    processes = local_processes()
     t = cfg.training
     components = [policy_component(cfg)]
     if getattr(t, "use_vllm", False):
@@ -216,12 +265,13 @@ def plan_layout(cfg: Any, stack: dict[str, Any], rewards: Any, queries: list[str
             components.append(Component("policy vLLM (trl vllm-serve)", "its own GPUs", 0.0))
     if cfg.algorithm == "rest" and cfg.rest.rest_generator == "vllm":
         share = float((cfg.rest.rest_vllm_kwargs or {}).get("gpu_memory_utilization", 0.9))  # vLLM's default
-        components.append(Component("policy vLLM (ReST sampling)", "each training GPU", share * min(gpus)))
+        note = "move: rest_generator: hf, or train in one process"
+        components.append(Component("policy vLLM (ReST sampling)", "each training GPU", share * min(gpus), note, True))
     components += tool_components(stack, cfg.executor.tool_service)
     for spec in rewards.rewards:
         if spec.name == "unit_tests":
             components += unit_test_components(spec.settings, min(gpus), _prepared(spec.settings, cfg, queries))
-    return Layout(components, gpus)
+    return Layout(components, gpus, processes)
 
 
 def _prepared(settings: dict[str, Any], cfg: Any, queries: list[str]) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from executor.tools.calls import ToolCall
+from executor.tools.devices import vllm_refusal
 from executor.tools.errors import ToolError, ToolUnavailable
 from executor.tools.hf.loading import Placement, from_pretrained, input_device, resolve_device
 from executor.tools.hf.regions import chunks, dedupe
@@ -38,8 +39,12 @@ def load_text_model(path: str, placement: Placement, settings: LlmSettings) -> T
             raise ToolUnavailable(
                 "llm.engine is 'vllm' but vllm is not installed (pip install 'vprl[vllm]', GPU only)"
             )
-        if resolve_device(placement.device) == "cpu":
+        device = resolve_device(placement.device)
+        if device == "cpu":
             raise ToolUnavailable("llm.engine 'vllm' needs a CUDA device in this toolkit; use engine: transformers")
+        refusal = vllm_refusal(device, "llm.engine 'vllm'", "use engine: transformers or serve the tools")
+        if refusal:
+            raise ToolUnavailable(refusal)
         from vllm import LLM
 
         quant = {"none": None, "8bit": "bitsandbytes", "4bit": "bitsandbytes"}[placement.quantization]

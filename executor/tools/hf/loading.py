@@ -1,8 +1,9 @@
 """Placement and loading of transformers models: device, dtype, bitsandbytes quantization, sharing.
 
 Several tools may name the same checkpoint (verify and itm both use CLIP; vqa and caption both use
-BLIP-2). `ModelCache` loads each (checkpoint, placement) once, on first use, so a stack that never
-calls a tool never pays for its model.
+BLIP-2). `ModelCache` loads each (checkpoint, placement) once; the tool host loads every configured
+tool's model before the first call (`HFBackend.preload`), so a cold load never counts against a
+call's timeout. `auto` and `cuda` mean this process's GPU (`executor/tools/devices.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from executor.tools.devices import rank_device
 from executor.tools.errors import ToolUnavailable
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -37,14 +39,9 @@ class Placement:
 
 
 def resolve_device(device: str) -> str:
-    """`auto` means the first CUDA device when there is one, else the CPU."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ToolUnavailable(f"device {device!r} was asked for but torch sees no CUDA device")
-    return device
+    """The explicit device a model goes on: `auto` and `cuda` are this training process's GPU
+    (`cuda:{LOCAL_RANK % device_count}`), `auto` the CPU when there is no GPU."""
+    return rank_device(device)
 
 
 def torch_dtype(name: str):
