@@ -240,6 +240,11 @@ def test_evaluation_samples_with_vllm_where_it_can(tmp_path, fitted, monkeypatch
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else real_find_spec(name))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    import train.evaluation.memory as memory
+    import train.evaluation.session as session
+
+    monkeypatch.setattr(session, "gpu_totals", lambda: [80.0])  # the faked GPU, empty: the engine's share is free
+    monkeypatch.setattr(memory, "free_gib", lambda device: 80.0)
     types = vllm_engine.VLLMTypes(sampling_params=dict, lora_request=lambda name, i, path: (name, i, path))
     monkeypatch.setattr(vllm_engine.VLLMTypes, "load", classmethod(lambda cls: types))
     generator = policy_generator(cfg, Policy("rl", str(adapter)))

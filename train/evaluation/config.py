@@ -84,12 +84,24 @@ class EvalConfig:
     load_in_8bit: bool = field(default=False, metadata={"help": "8-bit base through bitsandbytes"})
     framing: str = field(default="auto", metadata={"help": "prompt framing: auto | plain | chat"})
     generator: str = field(default="auto", metadata={"help": "auto (vLLM on a GPU when installed) | hf | vllm"})
+    vllm_gpu_memory_utilization: float = field(
+        default=0.5,
+        metadata={
+            "help": "share of GPU 0 vLLM's engine reserves for the policy; the tools load into the rest "
+            "(vLLM's own 0.9 leaves them nothing)"
+        },
+    )
     vllm_kwargs: str = field(
-        default="", metadata={"help": "mapping of vllm.LLM arguments (gpu_memory_utilization, ...)"}
+        default="", metadata={"help": "mapping of other vllm.LLM arguments (max_model_len, enforce_eager, ...)"}
     )
     sandbox: str = field(default="full", metadata={"help": "full | none (debugging only)"})
     slots: int = field(default=2, metadata={"help": "programs run in parallel"})
-    timeout_s: float = field(default=5.0, metadata={"help": "seconds a program may run"})
+    timeout_s: float = field(
+        default=5.0,
+        metadata={
+            "help": "seconds of a program's own time (tool waits excluded; the runner's wall bound covers them)"
+        },
+    )
     out: str = field(default="runs/eval", metadata={"help": "folder of the reports, plots and predictions"})
 
     def __post_init__(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from data.loaders import DATASETS, load_dataset
 from data.records import Example
 from train.evaluation.config import SHAPES_TASKS, EvalConfig
+from train.evaluation.memory import check_memory
 from train.evaluation.modes import MODES, ModeConfig
 from train.evaluation.seen import check_seen_settings
 from train.prompts import PromptConfig, PromptTemplate
@@ -252,7 +253,16 @@ def validate(cfg: EvalConfig) -> EvalPlan:
     if cfg.limit < 0 or cfg.threads < 0 or min(cfg.batch_size, cfg.chunk, cfg.max_new_tokens, cfg.slots) < 1:
         raise ValueError("limit and threads must be >= 0; batch_size, chunk, max_new_tokens and slots >= 1")
     policy_args(cfg)  # dtype, quantization, framing
-    choose_generator(cfg)
+    # What the session loads on first use: a second tool host for self-tuning, the judge for the tests.
+    tuned = any(m.name == "self_tuning" for m in modes)
+    judged = any(m.name in TEST_MODES or m.fallback_below is not None for m in modes)
+    check_memory(
+        cfg,
+        choose_generator(cfg),
+        json.loads(cfg.self_tuning) if tuned else None,
+        json.loads(cfg.unit_tests) if judged else None,
+        lambda: [e.query for name in datasets for e in load_examples(cfg, name)],
+    )
     from train.recipe.data import SAMPLES
 
     for name, recipe in _pairs(cfg.samples, "samples").items():
@@ -295,8 +305,14 @@ def choose_generator(cfg: EvalConfig) -> str:
 
     if cfg.generator not in GENERATORS:
         raise ValueError(f"generator: {cfg.generator!r} is not one of {', '.join(GENERATORS)}")
-    if cfg.vllm_kwargs:
-        _json_setting(cfg.vllm_kwargs, "vllm_kwargs")
+    share = cfg.vllm_gpu_memory_utilization
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
+        raise ValueError(f"vllm_gpu_memory_utilization: a share of GPU 0 between 0 and 1 is needed, got {share!r}")
+    if cfg.vllm_kwargs and "gpu_memory_utilization" in _json_setting(cfg.vllm_kwargs, "vllm_kwargs"):
+        raise ValueError(
+            "vllm_kwargs: gpu_memory_utilization is set with the key vllm_gpu_memory_utilization, which the "
+            "memory plan of the tools counts on"
+        )
     usable = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
     if cfg.generator == "vllm" and not usable:
         raise ValueError("generator: vllm needs vLLM installed and a CUDA GPU (pip install 'vprl[vllm]')")

@@ -16,6 +16,7 @@ from executor.host import ToolHost
 from executor.runner import RunnerConfig, SyncRunner
 from executor.tools.stack import build_backend
 from train.evaluation.fallback import fallback_program
+from train.evaluation.memory import free_cuda_memory, gpu_totals, shutdown_engine, wait_for_free
 from train.evaluation.metrics import Prediction
 from train.evaluation.modes import EvalContext, ModeConfig, run_mode
 from train.evaluation.plan import choose_generator, policy_args, prompt_template
@@ -32,13 +33,18 @@ class EvalSession:
         # model, token or CUDA state).
         self.host = ToolHost(build_backend(cfg.tools))
         self.runner = SyncRunner(self.host, runner_cfg)
+        # Every tool model loads now, not inside the first program's call (whose timeout a cold
+        # BLIP-2 would spend: every early simple_query an infra_error).
+        self.host.preload()
         self.tuned_runner: SyncRunner | None = None
         self.judge = None
         self.generator: Generator | None = None
         try:
             if cfg.self_tuning:
                 overrides = json.loads(cfg.self_tuning)
-                self.tuned_runner = SyncRunner(ToolHost(build_backend(cfg.tools, **overrides)), runner_cfg)
+                tuned_host = ToolHost(build_backend(cfg.tools, **overrides))
+                self.tuned_runner = SyncRunner(tuned_host, runner_cfg)
+                tuned_host.preload()
             if cfg.unit_tests:
                 from train.evaluation.judge import build_judge
 
@@ -52,12 +58,22 @@ class EvalSession:
 
     def load_policy(self, policy: Any, make_generator: Callable[[Any], Generator] | None = None) -> None:
         """Load the base model with the policy's adapter (or let `make_generator` build the
-        generator instead, for tests)."""
-        self.generator = None  # free the previous policy before loading the next
+        generator instead, for tests), once the previous policy's sampler has given its GPU memory back."""
+        self.release_policy()
         if make_generator is not None:
             self.generator = make_generator(policy)
             return
         self.generator = policy_generator(self.cfg, policy)
+
+    def release_policy(self) -> None:
+        """Shut down the current policy's sampler and hand its GPU memory back to the driver: a vLLM
+        engine keeps its share of the GPU until it is shut down, whoever still refers to it."""
+        generator, self.generator = self.generator, None
+        if generator is None:
+            return
+        had_engine = shutdown_engine(generator)
+        del generator  # the last reference: what it held can be collected now
+        free_cuda_memory(had_engine)
 
     def context(self, seed: int) -> EvalContext:
         if self.generator is None:
@@ -102,6 +118,8 @@ class EvalSession:
         return self.host.metrics()
 
     def close(self) -> None:
+        if getattr(self, "generator", None) is not None:
+            self.release_policy()
         for r in (self.tuned_runner, getattr(self, "runner", None)):
             if r is not None:
                 r.close()
@@ -127,7 +145,14 @@ def policy_generator(cfg: Any, policy: Any) -> Generator:
         has_tokenizer = policy.adapter and any((Path(policy.adapter) / f).is_file() for f in TOKENIZER_FILES)
         tokenizer = AutoTokenizer.from_pretrained(policy.adapter if has_tokenizer else cfg.policy)
         rank = json.loads((Path(policy.adapter) / "adapter_config.json").read_text())["r"] if policy.adapter else 16
-        engine_kwargs = {"dtype": cfg.torch_dtype, **(json.loads(cfg.vllm_kwargs) if cfg.vllm_kwargs else {})}
+        share = cfg.vllm_gpu_memory_utilization
+        # vLLM refuses to start unless its share of the GPU is free: the previous engine must be gone.
+        wait_for_free(share * gpu_totals()[0], f"policy {policy.label!r}'s vLLM engine")
+        engine_kwargs = {
+            "dtype": cfg.torch_dtype,
+            "gpu_memory_utilization": share,
+            **(json.loads(cfg.vllm_kwargs) if cfg.vllm_kwargs else {}),
+        }
         generator = VLLMGenerator(
             cfg.policy, tokenizer, style=cfg.framing, max_lora_rank=rank, engine_kwargs=engine_kwargs
         )

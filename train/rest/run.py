@@ -16,6 +16,7 @@ from train.recipe.data import PromptedExample
 from train.recipe.rl_config import RLConfig
 from train.rest.iterations import ITERATIONS_DIR
 from train.rest.loop import run_rest
+from train.rest.ranks import gather_timeout_s
 from train.rest.sft import sft_state
 from train.rollouts.log import RolloutLog
 from train.rollouts.scorer import ProgramScorer
@@ -23,16 +24,23 @@ from train.runs.folder import ADAPTER_DIR
 from train.sampling.hf import HFGenerator
 
 
-def build_generator(cfg: RLConfig, model: Any, tokenizer: Any) -> Any:
+def build_generator(cfg: RLConfig, model: Any, tokenizer: Any, processes: int = 1) -> Any:
+    """This process's sampler. Under several processes each one runs its own vLLM engine on its own
+    GPU, as trl's colocate mode does: vLLM's external launcher makes the engine join the processes
+    `accelerate launch` started (RANK, LOCAL_RANK, WORLD_SIZE) instead of taking GPU 0 with a world
+    of its own."""
     if cfg.rest.rest_generator == "vllm":
         from train.sampling.vllm_engine import VLLMGenerator
 
+        engine_kwargs = dict(cfg.rest.rest_vllm_kwargs or {})
+        if processes > 1:
+            engine_kwargs.setdefault("distributed_executor_backend", "external_launcher")
         return VLLMGenerator(
             model_path=cfg.policy.model_name_or_path,
             tokenizer=tokenizer,
             style=cfg.policy.framing,
             max_lora_rank=cfg.policy.lora_r,
-            engine_kwargs=dict(cfg.rest.rest_vllm_kwargs),
+            engine_kwargs=engine_kwargs,
         )
     return HFGenerator(model, tokenizer, batch_size=cfg.rest.rest_generation_batch_size, style=cfg.policy.framing)
 
@@ -45,8 +53,8 @@ def train_rest(
     run_dir: Path,
     hashes: dict[str, str],
 ) -> Path:
-    # Under several processes only the main one samples (and so builds a generator: a vLLM engine
-    # is one per run) and writes files; every process trains.
+    # Under several processes each one samples and scores its shard of the questions and trains;
+    # the main one alone writes files.
     state = sft_state(cfg.training, run_dir / ITERATIONS_DIR)
     tokenizer = load_tokenizer(cfg.policy)
     model, peft_config = load_model(cfg.policy)
@@ -56,7 +64,7 @@ def train_rest(
         tokenizer=tokenizer,
         items=[(p.example, p.prompt) for p in prompted],
         scorer=ProgramScorer(runner, composer),
-        generator=build_generator(cfg, model, tokenizer) if state.is_main_process else None,
+        generator=build_generator(cfg, model, tokenizer, state.num_processes),
         rest=cfg.rest,
         sft=cfg.training,
         style=cfg.policy.framing,
@@ -64,6 +72,9 @@ def train_rest(
         log=RolloutLog.in_run(run_dir),
         prompt_hash=next(iter(hashes.values())),
         policy_name=policy_name(cfg.policy),
+        gather_timeout_s=gather_timeout_s(
+            cfg.training.ddp_timeout, len(prompted), state.num_processes, cfg.rest.rest_samples_per_query, runner
+        ),
     )
     out = run_dir / ADAPTER_DIR
     if state.is_main_process:

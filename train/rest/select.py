@@ -1,7 +1,8 @@
-"""One ReST iteration's sampling and selection, on the main process: sample N programs per question,
-score them, log the rollouts, keep the rewarded ones (keep rule, per-question dedupe by
-`program_key`, `max_kept_per_query` cap), write `kept.jsonl`, build the SFT examples and the
-summary's counts. The loop around it (resume, training, adapters, processes) is `train.rest`.
+"""One ReST iteration's sampling and selection: each process samples N programs per question of its
+shard and scores them (`sample_shard`); from the rows of every shard, in question order, every
+process keeps the same rewarded ones (keep rule, per-question dedupe by `program_key`,
+`max_kept_per_query` cap) and builds the same SFT examples and summary counts (`select_iteration`).
+The loop around it (resume, the exchange, training, adapters, writing) is `train.rest`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from rewards.groups import is_zero_variance
 from train.prompts import completion_to_program
 from train.recipe.sections import RestArgs
 from train.rest.sft import sft_example
-from train.rollouts.log import RolloutLog, RolloutRow
+from train.rollouts.log import RolloutRow
 from train.rollouts.scorer import ProgramScorer
 from train.sampling.generator import Generator, SamplingSettings
 
-__all__ = ["KeptProgram", "sample_iteration", "select_kept", "summarise"]
+__all__ = ["KeptProgram", "Shard", "merge_shards", "sample_shard", "select_iteration", "select_kept", "write_kept"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,51 +82,85 @@ def summarise(k: int, rows: list[RolloutRow], groups: list[list[float | None]], 
     }
 
 
-def sample_iteration(
+@dataclass(frozen=True)
+class Shard:
+    """What one process sampled and scored: its questions (indices into the loop's items) and their
+    rows, `n` per question in question order."""
+
+    items: list[int]
+    rows: list[RolloutRow]
+    seconds: dict[str, float]
+
+
+def sample_shard(
     k: int,
     *,
-    tokenizer: Any,
     items: list[tuple[Example, str]],
+    indices: list[int],
     scorer: ProgramScorer,
     generator: Generator,
-    rest: RestArgs,
     sampling: SamplingSettings,
-    style: str,
-    max_length: int | None,
-    out: Path,
-    log: RolloutLog,
     prompt_hash: str,
     policy_name: str,
-) -> dict[str, Any]:
-    """The main process's half of iteration k: sample, score, log the rollouts, keep, write
-    `out/kept.jsonl` (`out`: the iteration's folder), build the SFT examples. Returns what every
-    process needs (JSON-able, so it can be broadcast): the SFT examples, the summary's counts and
-    the timings."""
-    examples = [ex for ex, _ in items]
-    prompts = [p for _, p in items]
+    progress: bool = True,
+) -> Shard:
+    """Sample `sampling.n` programs for each question of `indices` (seeded with the iteration) and
+    score them through this process's executor."""
+    examples = [items[i][0] for i in indices]
+    prompts = [items[i][1] for i in indices]
     n = sampling.n
-    timer: dict[str, float] = {}
+    seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     iter_sampling = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + k)
     completions = generator.generate(prompts, iter_sampling)
     if len(completions) != len(prompts) or any(len(c) != n for c in completions):
         raise RuntimeError(f"generator returned {[len(c) for c in completions]} completions, expected {n} per prompt")
-    timer["generate"] = time.perf_counter() - t0
+    seconds["generate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    flat_items = [i for i in range(len(items)) for _ in range(n)]
-    programs = [completion_to_program(prompts[i], c) for i in range(len(items)) for c in completions[i]]
-    flat_examples = [examples[i] for i in flat_items]
-    batch = scorer.score(flat_examples, programs, progress=True)
+    programs = [completion_to_program(prompts[j], c) for j in range(len(indices)) for c in completions[j]]
+    flat_examples = [examples[j] for j in range(len(indices)) for _ in range(n)]
+    batch = scorer.score(flat_examples, programs, progress=progress)
     rows = batch.rows(k, flat_examples, programs, prompt_hash=prompt_hash, policy=policy_name)
-    log.append(rows)
-    timer["score"] = time.perf_counter() - t0
+    seconds["score"] = time.perf_counter() - t0
+    return Shard(list(indices), rows, seconds)
 
+
+def merge_shards(shards: Sequence[Shard], n: int, questions: int) -> tuple[list[RolloutRow], list[int]]:
+    """Every shard's rows in question order, as one process sampling everything would have them, and
+    the question of each row; each question must come from exactly one shard."""
+    by_item: dict[int, list[RolloutRow]] = {}
+    for shard in shards:
+        if len(shard.rows) != n * len(shard.items):
+            raise RuntimeError(f"a shard has {len(shard.rows)} rows for {len(shard.items)} questions x {n} samples")
+        for j, item in enumerate(shard.items):
+            if item in by_item:
+                raise RuntimeError(f"question {item} was sampled by two processes")
+            by_item[item] = shard.rows[j * n : (j + 1) * n]
+    if sorted(by_item) != list(range(questions)):
+        raise RuntimeError(f"the shards hold {len(by_item)} of {questions} questions")
+    return [r for i in range(questions) for r in by_item[i]], [i for i in range(questions) for _ in range(n)]
+
+
+def select_iteration(
+    k: int,
+    *,
+    tokenizer: Any,
+    items: list[tuple[Example, str]],
+    rows: list[RolloutRow],
+    flat_items: list[int],
+    rest: RestArgs,
+    n: int,
+    style: str,
+    max_length: int | None,
+) -> dict[str, Any]:
+    """The kept programs, the SFT examples and the summary's counts of iteration k, from the rows of
+    every question (`merge_shards`). Deterministic: every process gets the same from the same rows."""
+    prompts = [p for _, p in items]
     groups = [[r.total for r in rows[i * n : (i + 1) * n]] for i in range(len(items))]
     stats = summarise(k, rows, groups, len(items))
     rewarded = sum(rest.keeps(r.total) for r in rows)
     kept = select_kept(rows, flat_items, rest)
-    t0 = time.perf_counter()
     sft_rows, too_long, no_body = [], 0, 0
     for kp in kept:
         ex = sft_example(tokenizer, prompts[kp.item], kp.program, style)
@@ -151,12 +186,8 @@ def sample_iteration(
             rewarded,
             len(rows),
         )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "kept.jsonl").write_text(
-        "".join(json.dumps(dataclasses.asdict(kp), ensure_ascii=False) + "\n" for kp in kept), encoding="utf-8"
-    )
-    timer["select"] = time.perf_counter() - t0
     return {
+        "kept": kept,
         "sft_rows": sft_rows,
         "stats": {
             **stats,
@@ -167,5 +198,12 @@ def sample_iteration(
             "skipped_too_long": too_long,
             "skipped_no_body": no_body,
         },
-        "timer": timer,
     }
+
+
+def write_kept(out: Path, kept: Sequence[KeptProgram]) -> None:
+    """`out/kept.jsonl` (`out`: the iteration's folder)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kept.jsonl").write_text(
+        "".join(json.dumps(dataclasses.asdict(kp), ensure_ascii=False) + "\n" for kp in kept), encoding="utf-8"
+    )
