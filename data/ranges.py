@@ -97,6 +97,7 @@ KEY_RANGES: dict[str, Range] = {
     "refuse_below": FRACTION,
     "fallback_below": FRACTION,
     "min_score": ANY,  # a reward threshold: rewards may be negative
+    "rest_keep_threshold": ANY,  # likewise
 }
 
 

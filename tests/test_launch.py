@@ -1,12 +1,16 @@
 """The one-node launcher on a CPU: it starts the tool service (Ray Serve), trains against it and tears
-it all down; its bash passes shellcheck; the multi-node one too."""
+it all down, and only what it started; the multi-node one with stand-ins for `srun`, `ray`, `trl`
+and the training that record how they were called; both pass shellcheck."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,10 @@ from rl_tiny import build_policy, build_world, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = [REPO / "train/launch/node.sh", REPO / "train/launch/slurm.sbatch"]
+# One authentication mode for every Ray process of a test: with ~/.ray/auth_token present (a
+# `ray.init()` that started its own cluster wrote one) `ray start` turns token auth on and
+# `ray status` does not, so a probe would be refused by a live cluster.
+RAY_AUTH = {"RAY_AUTH_MODE": "disabled"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -26,6 +34,7 @@ def test_launchers_pass_shellcheck(script):
     assert proc.returncode == 0, proc.stdout
 
 
+@pytest.mark.timeout(900)  # Ray, Serve and a training step: minutes on a busy 2-core box
 def test_node_launcher_serves_the_tools_trains_and_tears_down(tmp_path):
     pytest.importorskip("ray")
     world = build_world(tmp_path / "world")
@@ -44,7 +53,7 @@ def test_node_launcher_serves_the_tools_trains_and_tears_down(tmp_path):
     port = str(20000 + os.getpid() % 5000)
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": sys.executable, "SERVE_TOOLS": "1"}
-    env.update({"TRAIN_GPUS": "", "RAY_PORT": port, "OMP_NUM_THREADS": "1"})
+    env.update({"TRAIN_GPUS": "", "RAY_PORT": port, "OMP_NUM_THREADS": "1", **RAY_AUTH})
     proc = subprocess.run(
         ["bash", "train/launch/node.sh", str(recipe)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
     )
@@ -55,7 +64,180 @@ def test_node_launcher_serves_the_tools_trains_and_tears_down(tmp_path):
     )
     manifest = (tmp_path / "run" / "config.yaml").read_text()
     assert "tool_service: auto" in manifest
-    status = subprocess.run(
-        [f"{bin_dir}/ray", "status", "--address", f"127.0.0.1:{port}"], capture_output=True, timeout=60
+    assert not _ray_answers(f"{bin_dir}/ray", port)  # the launcher stopped the Ray it started
+
+
+# Stand-ins on PATH: each appends {"cmd", "args", "env"} to $LAUNCH_LOG. `srun` drops its own options,
+# runs the rest and forwards SIGTERM to it as srun does; `ray start --block` and `trl` stay up until
+# they are signalled and record that they were; `ray` other than `start --block` answers at once.
+RECORDER = """#!{python}
+import json, os, signal, subprocess, sys, time
+name = os.path.basename(sys.argv[0])
+args = sys.argv[1:]
+env = {{k: os.environ[k] for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES") if k in os.environ}}
+def log(**extra):
+    with open(os.environ["LAUNCH_LOG"], "a") as f:
+        f.write(json.dumps({{"cmd": name, "args": args, "env": env, **extra}}) + "\\n")
+def stay_up():
+    def stopped(*_):
+        log(stopped=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stopped)
+    while True:
+        time.sleep(0.1)
+if name == "srun":
+    log()
+    i = 0
+    while args[i].startswith("-"):
+        i += 2 if args[i] == "-w" else 1
+    child = subprocess.Popen(args[i:])
+    signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+    sys.exit(child.wait())
+if name == "scontrol":
+    print("node1\\nnode2")
+elif name == "hostname":
+    print("10.0.0.7")
+elif name == "python" and args[:2] == ["-m", "train.recipe"]:
+    print("tool_stack=configs/tools/viunit.yaml\\nmodel_name_or_path=codellama/CodeLlama-7b-Python-hf")
+elif name == "python" and args[:1] == ["train/rl.py"]:
+    log()
+    sys.exit(int(os.environ.get("TRAIN_EXIT", "0")))
+elif (name == "ray" and args[:1] == ["start"] and "--block" in args) or name == "trl":
+    log()
+    print("Ray runtime started." if name == "ray" else "serving", flush=True)
+    stay_up()
+elif name != "curl":
+    log()
+"""
+
+
+def _stand_ins(bin_dir: Path, names: list[str]) -> None:
+    bin_dir.mkdir()
+    for name in names:
+        path = bin_dir / name
+        path.write_text(RECORDER.format(python=sys.executable))
+        path.chmod(0o755)
+
+
+def _env(bin_dir: Path, log: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return {**env, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LAUNCH_LOG": str(log), **extra}
+
+
+def _calls(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_slurm_launcher_steps_overlap_use_tensor_parallel_and_stop_only_their_own_ray(tmp_path):
+    names = ["srun", "scontrol", "hostname", "ray", "trl", "curl", "accelerate", "python"]
+    _stand_ins(tmp_path / "bin", names)
+    log = tmp_path / "calls.jsonl"
+    env = _env(
+        tmp_path / "bin", log, SLURM_JOB_NODELIST="node[1-2]", PYTHON="python", RAY_LOG=str(tmp_path / "ray.log")
     )
-    assert status.returncode != 0  # the launcher stopped the Ray it started
+    proc = subprocess.run(
+        ["bash", "train/launch/slurm.sbatch", "configs/grpo_codellama_gqa_correctness.yaml"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = _calls(log)
+    sruns = [c["args"] for c in calls if c["cmd"] == "srun"]
+    assert len(sruns) >= 6 and all("--overlap" in a for a in sruns), sruns
+    assert not [c for c in calls if c["cmd"] == "ray" and c["args"][:1] == ["stop"]]
+    (trl,) = [c["args"] for c in calls if c["cmd"] == "trl" and "stopped" not in c]
+    assert trl[trl.index("--tensor_parallel_size") + 1] == "4" and "--data_parallel_size" not in trl
+    started = [c for c in calls if c["cmd"] in ("ray", "trl") and "stopped" not in c and c["args"][0] != "status"]
+    stopped = [c for c in calls if c.get("stopped")]
+    assert len(started) == 3 and len(stopped) == 3  # the Ray head, one Ray worker and vLLM, each ended
+    address = "10.0.0.7:6379"
+    (serve,) = [c for c in calls if c["cmd"] == "python" and "executor.serve" in c["args"]]
+    (train,) = [c for c in calls if c["cmd"] == "accelerate"]
+    assert serve["env"]["RAY_ADDRESS"] == address and train["env"]["RAY_ADDRESS"] == address
+
+
+def _ray_answers(ray: str, port: str) -> bool:
+    probe = subprocess.run(
+        [ray, "status", "--address", f"127.0.0.1:{port}"],
+        env={**os.environ, **RAY_AUTH},
+        capture_output=True,
+        text=True,
+    )
+    # refused for its token is not "not running": it would make "stopped" pass for a live cluster
+    assert "AuthenticationError" not in probe.stderr, probe.stderr[-500:]
+    return probe.returncode == 0
+
+
+@pytest.mark.timeout(900)  # two Ray clusters start: minutes on a busy 2-core box
+def test_node_launcher_stops_only_the_ray_it_started(tmp_path):
+    """Another Ray cluster of the same user on the node outlives the launcher; the launcher's own
+    Ray is gone after it, even when training fails. `ray stop` (which would end both, and any other
+    Ray of the user on this machine) is intercepted, recorded and refused."""
+    pytest.importorskip("ray")
+    real_ray = str(Path(sys.executable).parent / "ray")
+    bin_dir = tmp_path / "bin"
+    _stand_ins(bin_dir, ["python"])
+    (bin_dir / "ray").write_text(
+        f'#!/usr/bin/env bash\nif [[ $1 == stop ]]; then echo "{{\\"cmd\\": \\"ray\\", \\"args\\": [\\"stop\\"]}}" '
+        f'>>"$LAUNCH_LOG"; exit 0; fi\nexec {real_ray} "$@"\n'
+    )
+    (bin_dir / "ray").chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+    base = 20000 + os.getpid() % 5000
+    ours, other = str(base + 5000), str(base + 5001)
+    other_ray = subprocess.Popen(
+        [real_ray, "start", "--head", "--block", "--port", other, "--num-cpus", "0"]
+        + ["--include-dashboard", "false", "--disable-usage-stats"],
+        env={**os.environ, **RAY_AUTH},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not _ray_answers(real_ray, other):
+            assert other_ray.poll() is None and time.monotonic() < deadline, "the other Ray did not start"
+            time.sleep(1)
+        env = _env(
+            bin_dir, log, PYTHON=str(bin_dir / "python"), SERVE_TOOLS="1", TRAIN_GPUS="", RAY_PORT=ours, **RAY_AUTH
+        )
+        env["TRAIN_EXIT"] = "3"
+        proc = subprocess.run(
+            ["bash", "train/launch/node.sh", "recipe.yaml"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        calls = _calls(log)
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        assert not [c for c in calls if c["cmd"] == "ray"], "the launcher ran `ray stop`"
+        (train,) = [c for c in calls if c["args"][:1] == ["train/rl.py"]]
+        assert train["env"]["RAY_ADDRESS"] == f"127.0.0.1:{ours}"
+        assert not _ray_answers(real_ray, ours)
+        assert _ray_answers(real_ray, other)
+    finally:
+        other_ray.send_signal(signal.SIGTERM)  # its Ray processes share its fate
+        other_ray.wait(timeout=60)
+
+
+def test_node_launcher_serves_vllm_tensor_parallel_not_data_parallel(tmp_path):
+    """trl's vllm-serve errors out on data parallel above 1 for a dense model (its own help says so)."""
+    _stand_ins(tmp_path / "bin", ["trl", "curl", "accelerate", "python"])
+    log = tmp_path / "calls.jsonl"
+    env = _env(tmp_path / "bin", log, PYTHON="python", SERVE_TOOLS="0", TRAIN_GPUS="0,1", VLLM_GPUS="6,7")
+    proc = subprocess.run(
+        ["bash", "train/launch/node.sh", "recipe.yaml"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = _calls(log)
+    (trl,) = [c for c in calls if c["cmd"] == "trl" and "stopped" not in c]
+    args = trl["args"]
+    assert args[args.index("--tensor_parallel_size") + 1] == "2" and "--data_parallel_size" not in args
+    assert trl["env"]["CUDA_VISIBLE_DEVICES"] == "6,7"
+    assert [c for c in calls if c["cmd"] == "trl" and c.get("stopped")]  # and ended with the training
+    (train,) = [c for c in calls if c["cmd"] == "accelerate"]
+    assert train["env"]["CUDA_VISIBLE_DEVICES"] == "0,1" and "RAY_ADDRESS" not in train["env"]

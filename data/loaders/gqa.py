@@ -61,9 +61,13 @@ def parse_question(
     if "types" in row:
         types = get_field(row, "types", where, dict)
         group = get_str(types, "detailed", f"{where} types")
+        # The official eval splits accuracy into binary and open questions by this type.
+        get_str(types, "structural", f"{where} types")
     elif require_answer:
         # Annotated splits always carry types; a missing family would break per-group sampling.
         raise RowError(f"{where} is missing 'types'")
+    if "isBalanced" in row:
+        get_field(row, "isBalanced", where, bool)  # the official accuracy counts balanced questions only
     meta = {k: v for k, v in row.items() if k not in _PROMOTED}
     meta["imageId"] = image_id
     meta["questionId"] = qid
@@ -107,6 +111,31 @@ def load_gqa_questions(
     if check_images:
         check_image_files(out)
     return out
+
+
+def is_balanced(example: Example) -> bool:
+    """Whether the official GQA evaluation counts this question (`isBalanced` of its questions-file
+    row): it scores balanced questions only, even when the file holds others."""
+    flag = example.meta.get("isBalanced")
+    if not isinstance(flag, bool):
+        raise ValueError(
+            f"GQA example {example.id!r}: meta has no boolean 'isBalanced' (got {flag!r}); the official "
+            "accuracy counts balanced questions only, so load the questions with data.loaders.gqa"
+        )
+    return flag
+
+
+def answer_type(example: Example) -> str:
+    """ "open" for a `query` question (its `types.structural`), "binary" for every other one (verify,
+    logical, choose, compare): the split the official GQA evaluation reports."""
+    types = example.meta.get("types")
+    structural = types.get("structural") if isinstance(types, dict) else None
+    if not isinstance(structural, str):
+        raise ValueError(
+            f"GQA example {example.id!r}: meta has no 'types.structural' (got {types!r}); the official "
+            "binary/open split needs it, so load the questions with data.loaders.gqa"
+        )
+    return "open" if structural == "query" else "binary"
 
 
 @dataclass(frozen=True)
@@ -250,13 +279,8 @@ def load_gqa_root(
     (train, val, testdev) unless `require_answers` says otherwise. The train "all" questions ship
     as ten shards in a folder; pass each shard as `questions_file`."""
     root = Path(root)
-    if questions_file:
-        path = Path(questions_file)
-    else:
-        name = f"{split}_{'balanced' if balanced else 'all'}_questions.json"
-        path = first_existing([root / name, root / "questions" / name], f"the GQA questions file {name}")
     return load_gqa_questions(
-        path,
+        gqa_questions_path(root, split, balanced=balanced, questions_file=questions_file),
         Path(images_dir) if images_dir else root / "images",
         image_pattern=image_pattern,
         dataset=dataset,
@@ -264,3 +288,15 @@ def load_gqa_root(
         skip_bad_rows=skip_bad_rows,
         check_images=check_images,
     )
+
+
+def gqa_questions_path(
+    root: str | Path, split: str = "val", *, balanced: bool = True, questions_file: str | Path | None = None, **_: Any
+) -> Path:
+    """The questions file `load_gqa_root` reads for these options (its other options are ignored), so
+    that a cache of what was drawn from it can be keyed by the file (`data.loaders.sampling`)."""
+    if questions_file:
+        return Path(questions_file)
+    root = Path(root)
+    name = f"{split}_{'balanced' if balanced else 'all'}_questions.json"
+    return first_existing([root / name, root / "questions" / name], f"the GQA questions file {name}")

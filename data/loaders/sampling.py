@@ -22,14 +22,22 @@ Recipes (counts from ViUniT, [U] A and F.4.2; docs/references.md#datasets-and-me
 
 Each recipe returns a `Sample`: the Examples, plus `split_id` (recipe name + a hash of the sorted
 selected ids) for run manifests, so two runs can check they used the same items.
+
+`cached_sample` keeps a drawn sample on disk: GQA's balanced-train file holds 943k questions and
+every training process needs the same 1,022 of them, so the first process to arrive parses the file
+and draws, and the other processes (and later runs) read what it drew.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
+import os
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from data.records import Example
@@ -180,3 +188,67 @@ def sugarcrepe_splits(
         Sample(f"sugarcrepe-train-{train_fraction:g}-s{seed}", train_items, seed, params),
         Sample(f"sugarcrepe-eval-{eval_per_category}pc-s{seed}", eval_items, seed, params),
     )
+
+
+# Bumped when what a cached sample holds changes meaning; the code of the loaders and of this module
+# is part of the key too (`cached_sample`'s `code`), so an edit there is never served stale samples.
+CACHE_FORMAT = 1
+
+
+def _file_identity(path: Path) -> dict[str, Any]:
+    stat = path.stat()
+    return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def cached_sample(
+    draw: Callable[[], Sample],
+    cache_dir: str | Path,
+    *,
+    recipe: dict[str, Any],
+    sources: Sequence[str | Path],
+    code: Sequence[str | Path] = (),
+) -> Sample:
+    """`draw()`'s sample, drawn once for all processes and runs that ask for the same one.
+
+    The key is `recipe` (what is drawn and how: dataset, split, loader options, sample recipe, seed),
+    the size and modification time of each file in `sources` (what it is drawn from) and the bytes of
+    each file in `code` (what reads and draws it). The first caller to take the lock draws and writes
+    `<cache_dir>/<name>.jsonl`; callers waiting on the lock then read it. A file that does not hold
+    the key it is named for is drawn again and replaced."""
+    key = {
+        "format": CACHE_FORMAT,
+        "recipe": recipe,
+        "sources": [_file_identity(Path(s)) for s in sources],
+        "code": [hashlib.sha256(Path(c).read_bytes()).hexdigest() for c in code],
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    cache_dir = Path(cache_dir).expanduser()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"sample-{digest}.jsonl"
+    with open(cache_dir / f"sample-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held until the file is closed
+        found = _read_sample(path, key)
+        if found is not None:
+            return found
+        sample = draw()
+        header = {"key": key, "name": sample.name, "seed": sample.seed, "params": sample.params}
+        lines = [json.dumps(header), *(json.dumps(ex.to_json()) for ex in sample.examples)]
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(partial, path)  # a reader never sees half a file, even without the lock
+        return sample
+
+
+def _read_sample(path: Path, key: dict[str, Any]) -> Sample | None:
+    """The sample stored at `path` when it was stored under `key`; None when absent or another."""
+    if not path.is_file():
+        return None
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        header = json.loads(lines[0]) if lines else {}
+    except json.JSONDecodeError:
+        return None
+    if header.get("key") != key:
+        return None
+    examples = [Example.from_json(json.loads(line), f"{path}:{i}") for i, line in enumerate(lines[1:], 2)]
+    return Sample(header["name"], examples, header["seed"], header["params"])

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ from train.online.sampler_logprobs import (
     completion_kept_log_mass,
     untruncate,
 )
+from train.online.weight_sync import drift_free_sync, unsupported_reason
+
+logger = logging.getLogger(__name__)
 
 
 def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str]) -> int:
@@ -87,6 +91,11 @@ class ProgramTrainerMixin:
         self._sampler_filters = SamplerFilters.of(self)
         if self._corrects_vllm_sampling:
             check_correctable(self)
+        # trl merges the LoRA into the bf16 base and unmerges it at every weight sync, which drifts the
+        # base (docs/distributed.md); the merged weights are computed out of place instead.
+        generation = getattr(self, "vllm_generation", None)  # only set with use_vllm
+        if generation is not None and not drift_free_sync(generation):
+            logger.info("vLLM weight sync keeps trl's in-place merge: %s", unsupported_reason(generation))
 
     def _generate(self, prompts):
         out = super()._generate(prompts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ def validate(cfg: RLConfig, check_layout: bool = True) -> Checked:
     except ValueError as exc:
         raise ConfigError(f"executor: {exc}") from None
     check_algorithm(cfg)
+    check_schedule(cfg)
     layout = plan_layout(cfg, stack, rewards, [ex.query for ex in examples], visible_gpus())
     if check_layout:
         layout.check()
@@ -125,6 +127,26 @@ def check_algorithm(cfg: RLConfig) -> None:
             f"save_steps: {t.save_steps} is not a multiple of the generation window ({window:g} optimizer steps = "
             "steps_per_generation x num_iterations / gradient_accumulation_steps)"
         )
+
+
+def check_schedule(cfg: RLConfig) -> None:
+    """Warn (once, from the main process) when more processes shorten the run: without
+    `global_batch_size` each optimizer step takes per_device_train_batch_size x processes x
+    gradient_accumulation_steps samples, so N processes take 1/N of the one-process run's optimizer
+    steps under the same learning rate and warm-up ratio."""
+    t = cfg.training
+    processes = t.world_size
+    if cfg.run.global_batch_size is not None or processes == 1 or t.process_index != 0:
+        return
+    per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps
+    warnings.warn(
+        f"{processes} processes take {per_step * processes} samples per optimizer step "
+        f"(per_device_train_batch_size {t.per_device_train_batch_size} x {processes} x gradient_accumulation_steps "
+        f"{t.gradient_accumulation_steps}), {processes}x one process's {per_step}: 1/{processes} of its optimizer "
+        f"steps with the same learning rate and warm-up ratio; set global_batch_size {per_step} to keep its schedule",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def require_vllm(key: str) -> None:

@@ -9,6 +9,7 @@ tokenizer alone (what trl does) equals `encode_prompt`'s ids: exactly one BOS.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from data.records import Example
 from train.prompts import PromptConfig, PromptTemplate, encode_prompt, frame_prompt
 from train.recipe.parsing import ConfigError
-from train.recipe.rl_config import DataArgs, PromptArgs
+from train.recipe.sections import DataArgs, PromptArgs
 
 SHAPES = "shapes"
 # The papers' training/evaluation samples (data.loaders.sampling), by recipe name.
@@ -51,31 +52,7 @@ def check_data(args: DataArgs) -> None:
 
 def load_examples(args: DataArgs) -> list[Example]:
     check_data(args)
-    try:
-        if args.dataset == SHAPES:
-            from data.shapes.tasks import load_shapes_tasks
-
-            if args.dataset_options:
-                raise ConfigError("dataset_options: the shapes world takes none (choose tasks with dataset_tasks)")
-            tasks = load_shapes_tasks(args.dataset_root, list(args.dataset_tasks))
-            examples = [ex for name in args.dataset_tasks for ex in tasks[name]]
-        else:
-            from data.loaders import load_dataset
-
-            examples = load_dataset(args.dataset, args.dataset_root, args.dataset_split, **args.dataset_options)
-    except (FileNotFoundError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(f"dataset {args.dataset!r} at {args.dataset_root}: {exc}") from exc
-    if args.dataset_sample is not None:
-        from data.loaders import sampling
-
-        try:
-            examples = getattr(sampling, SAMPLES[args.dataset_sample])(
-                examples, seed=args.dataset_sample_seed
-            ).examples
-        except ValueError as exc:
-            raise ConfigError(f"dataset_sample {args.dataset_sample!r}: {exc}") from None
+    examples = _sampled(args) if args.dataset_sample is not None else _load(args)
     if args.dataset_limit is not None:
         examples = examples[: args.dataset_limit]
     if not examples:
@@ -84,6 +61,82 @@ def load_examples(args: DataArgs) -> list[Example]:
     if dupes:
         raise ConfigError(f"dataset {args.dataset!r}: duplicate example ids {dupes[:5]} (tasks listed twice?)")
     return examples
+
+
+def _load(args: DataArgs) -> list[Example]:
+    try:
+        if args.dataset == SHAPES:
+            from data.shapes.tasks import load_shapes_tasks
+
+            if args.dataset_options:
+                raise ConfigError("dataset_options: the shapes world takes none (choose tasks with dataset_tasks)")
+            tasks = load_shapes_tasks(args.dataset_root, list(args.dataset_tasks))
+            return [ex for name in args.dataset_tasks for ex in tasks[name]]
+        from data.loaders import load_dataset
+
+        return load_dataset(args.dataset, args.dataset_root, args.dataset_split, **(args.dataset_options or {}))
+    except (FileNotFoundError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"dataset {args.dataset!r} at {args.dataset_root}: {exc}") from exc
+
+
+def _draw(args: DataArgs):
+    from data.loaders import sampling
+
+    try:
+        return getattr(sampling, SAMPLES[args.dataset_sample])(_load(args), seed=args.dataset_sample_seed)
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"dataset_sample {args.dataset_sample!r}: {exc}") from None
+
+
+def sample_cache_dir(setting: str | None) -> Path | None:
+    if setting is None:
+        return None
+    if setting != "auto":
+        return Path(setting).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vprl" / "samples"
+
+
+def _sampled(args: DataArgs) -> list[Example]:
+    """The recipe's sample. From a GQA file it is drawn once and kept (`sampling.cached_sample`):
+    every training process loads the recipe, and parsing balanced-train (943k questions) for 1,022
+    of them would cost each process the time and the gigabytes of memory of the whole file."""
+    cache = sample_cache_dir(args.dataset_sample_cache)
+    if cache is None or args.dataset != "gqa":
+        return _draw(args).examples
+    from data.loaders import gqa, sampling
+
+    split = args.dataset_split or "val"  # load_dataset's default for gqa
+    options = dict(args.dataset_options or {})
+    try:
+        source = gqa.gqa_questions_path(args.dataset_root, split, **options)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"dataset {args.dataset!r} at {args.dataset_root}: {exc}") from None
+    recipe = {
+        "dataset": args.dataset,
+        "root": str(Path(args.dataset_root).resolve()),
+        "root_as_given": args.dataset_root,  # the examples' image paths are built from it
+        "split": split,
+        "options": options,
+        "sample": args.dataset_sample,
+        "seed": args.dataset_sample_seed,
+    }
+    code = [gqa.__file__, sampling.__file__]
+    try:
+        sample = sampling.cached_sample(lambda: _draw(args), cache, recipe=recipe, sources=[source], code=code)
+    except OSError as exc:
+        raise ConfigError(f"dataset_sample_cache: {cache}: {exc}") from None
+    if options.get("check_images"):
+        from data.loaders import check_image_files
+
+        try:  # a cached sample skips the loader, and its check with it
+            check_image_files(sample.examples)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"dataset {args.dataset!r} at {args.dataset_root}: {exc}") from None
+    return sample.examples
 
 
 def prompt_configs(args: PromptArgs, examples: list[Example]) -> dict[str, PromptConfig]:

@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from train.recipe.parsing import CommandLine, ConfigError, parse_config, structured
-from train.recipe.sections import DataArgs, ExecutorArgs, PolicyArgs, PromptArgs, RestArgs, RewardArgs, RunArgs
+from train.recipe.sections import (
+    DataArgs,
+    ExecutorArgs,
+    PolicyArgs,
+    PromptArgs,
+    RestArgs,
+    RewardArgs,
+    RunArgs,
+    accumulation_for,
+)
 from train.recipe.trainer_args import TRAINER_ARGS
 
 ALGORITHMS = tuple(TRAINER_ARGS)
@@ -88,6 +97,8 @@ def parse_rl_config(
     parsed = parse_config(types, line, prog=prog, description=description)
     sections = dict(zip([*SECTIONS, "training"], parsed[: len(types)], strict=True))
     cfg = RLConfig(**sections)
+    if cfg.run.global_batch_size is not None:
+        cfg.training = _with_global_batch(cfg, types, line, prog, description)
     cfg.rewards.rewards = structured(cfg.rewards.rewards, "rewards", list) or ["correctness"]
     cfg.rewards.reward_penalties = structured(cfg.rewards.reward_penalties, "reward_penalties", dict)
     cfg.data.dataset_options = structured(cfg.data.dataset_options, "dataset_options", dict) or {}
@@ -96,3 +107,15 @@ def parse_rl_config(
     if cfg.training.output_dir is None:
         raise ConfigError("output_dir: required (the run folder: checkpoints, adapter, rollouts, manifest)")
     return cfg
+
+
+def _with_global_batch(cfg: RLConfig, types: list[type], line: CommandLine, prog: str | None, description: str | None):
+    """The trainer's arguments again, with the gradient_accumulation_steps `global_batch_size` asks
+    for at the world size they were built under. Parsed anew rather than patched: trl derives
+    steps_per_generation and generation_batch_size from it in `__post_init__`."""
+    t = cfg.training
+    accumulation = accumulation_for(cfg.run.global_batch_size, t.per_device_train_batch_size, t.world_size)
+    if accumulation == t.gradient_accumulation_steps:
+        return t
+    again = CommandLine(line.path, line.data, [*line.overrides, "--gradient_accumulation_steps", str(accumulation)])
+    return parse_config(types, again, prog=prog, description=description)[-1]

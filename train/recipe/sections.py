@@ -52,6 +52,13 @@ class DataArgs:
         default=None, metadata={"help": "papers' sampling recipe: gqa_train | gqa_eval | okvqa | vqav2"}
     )
     dataset_sample_seed: int = field(default=0, metadata={"help": "seed of the papers' sampling recipe"})
+    dataset_sample_cache: str | None = field(
+        default="auto",
+        metadata={
+            "help": "folder keeping drawn samples, so one process parses the dataset and the others read the "
+            "sample (auto: $XDG_CACHE_HOME/vprl/samples or ~/.cache/vprl/samples; null: every process parses)"
+        },
+    )
     dataset_limit: int | None = field(default=None, metadata={"help": "keep the first N examples"})
     dataset_options: str | None = field(default=None, metadata={"help": "loader keyword options (mapping)"})
 
@@ -82,7 +89,13 @@ class ExecutorArgs:
     tool_stack: str = field(default="configs/tools/shapes.yaml", metadata={"help": "configs/tools/*.yaml"})
     tool_overrides: str | None = field(default=None, metadata={"help": "backend settings replacing the stack's"})
     executor_slots: int | None = field(default=None, metadata={"help": "sandboxes in parallel (None: cores)"})
-    executor_timeout_s: float = field(default=5.0, metadata={"help": "seconds a program may run before it is killed"})
+    executor_timeout_s: float = field(
+        default=5.0,
+        metadata={
+            "help": "seconds of a program's own time (tool waits excluded); the runner also stops it 115 s after its "
+            "first tool call (wall_timeout_s)"
+        },
+    )
     executor_sandbox: str = field(default="full", metadata={"help": "full | none (debugging only)"})
     executor_max_rpcs: int = field(
         default=200, metadata={"help": "tool calls a program may make before it is stopped"}
@@ -117,8 +130,41 @@ class RewardArgs:
 
 @dataclass
 class RunArgs:
+    """global_batch_size: samples per optimizer step over all processes (completions for GRPO/RLOO).
+    Set, it decides gradient_accumulation_steps = global_batch_size / (per_device_train_batch_size x
+    processes), so a run on N GPUs takes the optimizer steps, and so the learning-rate schedule, of
+    the one-GPU run; unset, N processes take 1/N of them with the same schedule settings."""
+
     algorithm: str = field(default="grpo", metadata={"help": "grpo | rloo | rest"})
     resume: bool = field(default=True, metadata={"help": "resume from the last checkpoint in output_dir"})
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "samples per optimizer step over all processes; derives gradient_accumulation_steps "
+            "from the number of processes (none: gradient_accumulation_steps as given)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.global_batch_size is not None:
+            _positive_int("global_batch_size", self.global_batch_size)
+
+
+def accumulation_for(global_batch_size: int, per_device: int, processes: int) -> int:
+    """gradient_accumulation_steps that make `global_batch_size` samples per optimizer step."""
+    per_micro_step = per_device * processes
+    if global_batch_size % per_micro_step:
+        fits = [b for b in range(1, per_device + 1) if global_batch_size % (b * processes) == 0]
+        hint = (
+            f"per_device_train_batch_size {' or '.join(map(str, fits[-3:]))} divides it"
+            if fits
+            else f"no per_device_train_batch_size divides it over {processes} processes"
+        )
+        raise ConfigError(
+            f"global_batch_size: {global_batch_size} is not a multiple of per_device_train_batch_size x processes "
+            f"= {per_device} x {processes} = {per_micro_step} ({hint})"
+        )
+    return global_batch_size // per_micro_step
 
 
 KEEP_RULES = ("above", "at_least")

@@ -37,6 +37,7 @@ PACKAGES = ("vprl", "torch", "transformers", "trl", "peft", "accelerate", "datas
 RESUME_MAY_CHANGE = frozenset(
     {
         "max_steps",
+        "dataset_sample_cache",  # where the drawn sample is kept, not what is drawn
         "num_train_epochs",
         "save_steps",
         "save_total_limit",
