@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from executor.api import API_OBJECTS, ImagePatch, bind_client, program_globals
+from executor.api import API_OBJECTS, ImagePatch, VideoSegment, bind_client, program_globals
 from executor.api.context import ToolClient
 from executor.api.errors import nearest_names
 from executor.limits import MAX_ERROR, MAX_SNIPPET, MAX_STDOUT
@@ -125,8 +125,9 @@ def to_plain(value: Any) -> Any:
     """Convert a program's return value to exact built-in JSON types with caps.
 
     Subclasses of str/int/float are copied to the base type (a `str` subclass with a rigged
-    `__eq__` must not reach the reward); an ImagePatch becomes `{"box": [l, lo, r, u]}`; NaN and
-    infinities become None.
+    `__eq__` must not reach the reward); an ImagePatch becomes `{"box": [l, lo, r, u]}`, a
+    VideoSegment `{"segment": [start, end]}` (frames of the video, end excluded: ViperGPT's API
+    prompt has a program return one); NaN and infinities become None.
     """
     budget = [MAX_NODES]
 
@@ -148,6 +149,8 @@ def to_plain(value: Any) -> Any:
             return f if math.isfinite(f) else None
         if isinstance(v, ImagePatch):
             return {"box": [int(v.left), int(v.lower), int(v.right), int(v.upper)]}
+        if isinstance(v, VideoSegment):
+            return {"segment": [int(v.start), int(v.end)]}
         if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
             return conv(v.item(), depth)
         if isinstance(v, (list, tuple)):
@@ -174,14 +177,22 @@ def compile_program(source: str):
         return compile(source, PROGRAM_FILE, "exec", dont_inherit=True)
 
 
+# Names the published entry points give the same input: ViperGPT's NExT-QA programs take
+# `(video, possible_answers, query)`, Stanić et al.'s `(video, question, possible_answers)`.
+_SAME_INPUT = {"query": "question", "question": "query"}
+
+
 def call_arguments(fn, inputs: dict[str, Any]) -> dict[str, Any]:
     """Match the entry point's parameters to the inputs by name (the published NExT-QA listings
-    disagree on the order), with the first parameter taking the visual input whatever its name."""
+    disagree on the order and on the question's name), with the first parameter taking the visual
+    input whatever its name."""
     visual = inputs.get("image", inputs.get("video"))
     kwargs: dict[str, Any] = {}
     for i, (name, param) in enumerate(inspect.signature(fn).parameters.items()):
         if name in inputs:
             kwargs[name] = inputs[name]
+        elif _SAME_INPUT.get(name) in inputs:
+            kwargs[name] = inputs[_SAME_INPUT[name]]
         elif i == 0 and visual is not None:
             kwargs[name] = visual
         elif param.default is inspect.Parameter.empty and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):

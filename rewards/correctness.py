@@ -1,4 +1,13 @@
-"""Dataset-aware correctness of a program's answer against an `Example`'s references.
+"""Dataset-aware correctness of a program's answer against an `Example`'s references: the training
+reward's match.
+
+This is deliberately more lenient than the official metrics: answer and reference are both put
+through the VQA normalisation, so "a metal", "Silver" and "no." count as right, which gives the
+policy a denser signal for an answer it got right in substance. Evaluation never reports it as a
+paper's metric: `train/evaluation/official.py` computes each dataset's official metric the way its
+official script does (GQA compares strings as they are, on balanced questions only; SugarCREPE
+counts an entry right when the positive caption scores above the negative), and the report shows
+this match beside it as `normalised_match` (docs/references.md#metrics-official-and-reported).
 
 `correctness(example, answer)` returns a score in [0, 1]. Dispatch:
 

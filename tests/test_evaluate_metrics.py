@@ -1,7 +1,9 @@
-"""Evaluation metrics against the official definitions, on hand-written cases: GQA exact match per
-question group, VQA soft accuracy over ten annotators, Winoground text/image/group (strict, so
-ties are wrong), SugarCREPE pair accuracy per category, IoU and accuracy at IoU 0.5, execution
-rates, refusals, "right for the wrong reason", and fallback numbers kept apart."""
+"""Evaluation metrics against the official definitions, on hand-written cases: GQA accuracy on
+balanced questions with strings compared as they are (and the lenient variants beside it), VQA soft
+accuracy over ten annotators, Winoground text/image/group (strict, so ties are wrong), SugarCREPE's
+per-category accuracy (positive strictly above negative), IoU and accuracy at IoU 0.5, execution
+rates, refusals, "right for the wrong reason", and fallback numbers kept apart.
+tests/test_official_metrics.py checks the same on hundreds of generated predictions."""
 
 import pytest
 
@@ -13,25 +15,37 @@ def _ok(example_id, answer, **kw):
     return Prediction(example_id=example_id, answer=answer, status="ok", **kw)
 
 
-def _vqa(i, answers, dataset="gqa", group=""):
-    return Example(id=f"q{i}", dataset=dataset, task="vqa", query="q?", image="x.png", answers=answers, group=group)
+def _vqa(i, answers, dataset="gqa", group="", structural="verify", balanced=True):
+    meta = {"isBalanced": balanced, "types": {"structural": structural, "detailed": group}}
+    return Example(
+        id=f"q{i}", dataset=dataset, task="vqa", query="q?", image="x.png", answers=answers, group=group, meta=meta
+    )
 
 
-def test_gqa_exact_match_per_group_after_normalisation():
+def test_gqa_official_accuracy_on_balanced_questions_with_the_lenient_variants_apart():
     examples = [
         _vqa(0, ["yes"], group="exist"),
         _vqa(1, ["no"], group="exist"),
-        _vqa(2, ["red"], group="query_color"),
-        _vqa(3, ["2"], group="count"),
+        _vqa(2, ["red"], group="query_color", structural="query"),
+        _vqa(3, ["2"], group="count", structural="query"),
+        _vqa(4, ["no"], group="exist", balanced=False),  # not counted by the official accuracy
     ]
-    preds = [_ok("q0", "Yes."), _ok("q1", "yes"), _ok("q2", "the red"), _ok("q3", "two")]
+    preds = [_ok("q0", "Yes."), _ok("q1", "no"), _ok("q2", "the red"), _ok("q3", "2"), _ok("q4", "no")]
     m = dataset_metrics(examples, preds)
-    assert m.headline == {"exact_match": 0.75} and headline_key(m) == "exact_match"
+    assert m.headline == {"accuracy": 0.5, "binary": 0.5, "open": 0.5} and headline_key(m) == "accuracy"
+    assert m.counted["accuracy"] == 4 and m.counted["binary"] == 2 and m.counted["open"] == 2
     assert m.per_group == {
-        "count": {"exact_match": 1.0, "n": 1.0},  # "two" normalises to "2"
-        "exist": {"exact_match": 0.5, "n": 2.0},
-        "query_color": {"exact_match": 1.0, "n": 1.0},  # articles are dropped
+        "count": {"accuracy": 1.0, "n": 1.0},
+        "exist": {"accuracy": 0.5, "n": 2.0},  # "Yes." is not "yes" to the official script
+        "query_color": {"accuracy": 0.0, "n": 1.0},  # nor is "the red" "red"
     }
+    # vprl's training match normalises both sides, ViperGPT's the prediction: both take "Yes." and "the red"
+    assert m.variants == {"vipergpt_accuracy": 1.0, "normalised_match": 1.0}
+    failed = [*preds[:4], Prediction("q4", None, "runtime_error")]
+    # ViperGPT reads a failed program as "no", which is q4's answer; the others count it wrong
+    assert dataset_metrics(examples, failed).variants == {"vipergpt_accuracy": 1.0, "normalised_match": 0.8}
+    with pytest.raises(ValueError, match="'q9'.*isBalanced"):
+        dataset_metrics([Example("q9", "gqa", "vqa", "q?", "x.png", ("a",))], [_ok("q9", "a")])
 
 
 @pytest.mark.parametrize(
@@ -73,8 +87,8 @@ def test_winoground_text_image_group_with_ties_wrong():
             examples.append(e)
             preds.append(_ok(e.id, a) if a is not None else Prediction(e.id, None, "runtime_error"))
     m = dataset_metrics(examples, preds)
-    assert (m.headline["text"], m.headline["image"], m.headline["group"]) == (0.25, 0.25, 0.25)
-    assert m.headline["item_accuracy"] == pytest.approx((4 + 2 + 3 + 3) / 16)
+    assert m.headline == {"text": 0.25, "image": 0.25, "group": 0.25}
+    assert m.variants["item_accuracy"] == pytest.approx((4 + 2 + 3 + 3) / 16)
     assert headline_key(m) == "group" and headline_value(m) == 0.25
     assert m.per_group["Object"]["group"] == 0.5 and m.per_group["Relation"]["group"] == 0.0
     assert m.rates["exception_rate"] == pytest.approx(1 / 16)
@@ -93,23 +107,30 @@ def _crepe(category, entry, polarity):
     )
 
 
-def test_sugarcrepe_pair_accuracy_per_category():
+def test_sugarcrepe_official_accuracy_per_category():
     said = {
-        ("replace_att", 0): ("yes", "no"),  # right pair
-        ("replace_att", 1): ("yes", "yes"),  # accepts the hard negative: wrong pair
-        ("swap_obj", 0): ("no", "no"),  # rejects the positive: wrong pair
+        ("replace_att", 0): ("yes", "no"),  # right
+        ("replace_att", 1): ("yes", "yes"),  # a tie: wrong
+        ("replace_att", 2): ("yes", None),  # a failure on the negative scores below yes: right
+        ("swap_obj", 0): ("no", "no"),  # a tie: wrong
     }
     examples, preds = [], []
     for (cat, entry), (pos, neg) in said.items():
         for pol, a in (("pos", pos), ("neg", neg)):
             e = _crepe(cat, entry, pol)
             examples.append(e)
-            preds.append(_ok(e.id, a))
+            preds.append(_ok(e.id, a) if a is not None else Prediction(e.id, None, "runtime_error"))
     m = dataset_metrics(examples, preds)
-    assert m.per_group["replace_att"] == {"pair_accuracy": 0.5, "item_accuracy": 0.75, "n": 2.0}
-    assert m.per_group["swap_obj"] == {"pair_accuracy": 0.0, "item_accuracy": 0.5, "n": 1.0}
-    assert m.headline["pair_accuracy"] == 0.25  # macro over categories, as SugarCREPE reports
-    assert m.headline["item_accuracy"] == pytest.approx(4 / 6)
+    assert m.headline == {"replace_att": pytest.approx(2 / 3), "swap_obj": 0.0}  # no mean: the script has none
+    assert headline_key(m) == "category_mean" and headline_value(m) == pytest.approx(1 / 3)
+    assert m.per_group["replace_att"] == {
+        "accuracy": pytest.approx(2 / 3),
+        "both_right": pytest.approx(1 / 3),  # the stricter rule wants the negative answered "no"
+        "item_accuracy": pytest.approx(4 / 6),
+        "n": 3.0,
+    }
+    assert m.variants["both_right"] == pytest.approx((1 / 3 + 0) / 2)
+    assert m.variants["item_accuracy"] == pytest.approx(5 / 8)
 
 
 def test_grounding_iou_and_accuracy_at_half():
@@ -131,7 +152,7 @@ def test_grounding_iou_and_accuracy_at_half():
 
 
 def test_rates_refusals_right_for_wrong_reason_and_fallback_apart():
-    examples = [_vqa(i, ["yes"]) for i in range(8)]
+    examples = [_vqa(i, ["yes"]) for i in range(8)]  # balanced binary GQA questions
     preds = [
         _ok("q0", "yes", unit_test_score=1.0),
         _ok("q1", "yes", unit_test_score=0.2),  # right answer, program fails its tests
@@ -143,13 +164,13 @@ def test_rates_refusals_right_for_wrong_reason_and_fallback_apart():
         Prediction("q7", None, "syntax_error"),
     ]
     m = dataset_metrics(examples, preds)
-    assert m.headline["exact_match"] == 3 / 8
+    assert m.headline["accuracy"] == 3 / 8
     assert m.rates["exception_rate"] == 2 / 8 and m.rates["timeout_rate"] == 1 / 8
     assert m.rates["refusal_rate"] == 1 / 8 and m.rates["fallback_rate"] == 0.0
     assert m.rates["right_for_wrong_reason"] == pytest.approx(2 / 3)
     assert m.statuses == {"ok": 5, "runtime_error": 1, "syntax_error": 1, "timeout": 1}
     fb = dataset_metrics(examples, preds, use_fallback=True)
-    assert fb.headline["exact_match"] == 4 / 8  # q5's fallback answer is right, q6's is not
+    assert fb.headline["accuracy"] == 4 / 8  # q5's fallback answer is right, q6's is not
     assert fb.rates["fallback_rate"] == 2 / 8
     assert fb.statuses == m.statuses  # the program's status is reported either way
 

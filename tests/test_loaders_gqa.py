@@ -11,7 +11,14 @@ import pytest
 from PIL import Image
 
 from data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning
-from data.loaders.gqa import load_gqa_questions, load_gqa_root, load_scene_graphs, require_scenes
+from data.loaders.gqa import (
+    answer_type,
+    is_balanced,
+    load_gqa_questions,
+    load_gqa_root,
+    load_scene_graphs,
+    require_scenes,
+)
 
 FIX = Path(__file__).parent / "fixtures" / "datasets" / "gqa"
 QUESTIONS = FIX / "val_balanced_questions.json"
@@ -159,3 +166,21 @@ def test_check_images_lists_missing_files(tmp_path):
         load_gqa_root(root, check_images=True)
     Image.new("RGB", (8, 6)).save(root / "images" / "2375429.jpg")
     assert len(load_gqa_root(root, check_images=True)) == 4
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda row: row.update(isBalanced="yes"), r"question '\w+' has 'isBalanced' of type str, expected bool"),
+        (lambda row: row["types"].pop("structural"), r"question '\w+' types is missing 'structural'"),
+    ],
+)
+def test_what_the_official_metric_reads_is_checked_on_loading(tmp_path, mutate, message):
+    """The official accuracy counts `isBalanced` questions and splits them by `types.structural`."""
+    rows = json.loads(QUESTIONS.read_text())
+    mutate(next(iter(rows.values())))
+    with pytest.raises(DatasetFormatError, match=message):
+        load_gqa_questions(write(tmp_path / "val_balanced_questions.json", rows), "imgs")
+    exs = load_gqa_questions(QUESTIONS, "imgs")
+    assert [is_balanced(e) for e in exs] == [True] * len(exs)
+    assert [answer_type(e) for e in exs] == ["binary", "open", "open", "binary"]  # verify, query, query, verify

@@ -21,7 +21,7 @@ def roots(tmp_path_factory) -> dict[str, Path]:
         (refer / folder).mkdir()
         shutil.copy(FIX / "refcoco" / "refcoco" / "instances.json", refer / folder)
         shutil.copy(FIX / "refcoco" / "refcoco" / "refs(unc).json", refer / folder / f"refs({stem}).json")
-    by_name = {name: FIX / name for name in ("gqa", "vqav2", "okvqa", "winoground", "sugarcrepe")}
+    by_name = {name: FIX / name for name in ("gqa", "vqav2", "okvqa", "winoground", "sugarcrepe", "nextqa")}
     return by_name | dict.fromkeys(("refcoco", "refcoco+", "refcocog"), refer)
 
 
@@ -34,6 +34,7 @@ EXPECTED = {
     "refcoco": (3, "grounding"),
     "refcoco+": (3, "grounding"),
     "refcocog": (3, "grounding"),
+    "nextqa": (5, "video_qa"),
 }
 
 
@@ -50,7 +51,9 @@ def test_every_registered_name_loads_its_fixture(name, roots, tmp_path):
 
 
 def test_registry_covers_the_stated_names():
-    assert set(DATASETS) == {"gqa", "vqav2", "okvqa", "winoground", "sugarcrepe", "refcoco", "refcoco+", "refcocog"}
+    assert set(DATASETS) == {
+        "gqa", "vqav2", "okvqa", "winoground", "sugarcrepe", "refcoco", "refcoco+", "refcocog", "nextqa"
+    }  # fmt: skip
 
 
 def test_unknown_name_lists_valid_names():

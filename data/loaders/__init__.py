@@ -20,6 +20,8 @@ sugarcrepe  data/<category>.json (or <category>.json)        val2017/           
 refcoco     refcoco/refs(unc).p, refcoco/instances.json      images/train2014/    val
 refcoco+    refcoco+/refs(unc).p, refcoco+/instances.json    images/train2014/    val
 refcocog    refcocog/refs(umd).p, refcocog/instances.json    images/train2014/    val
+nextqa      <split>.csv (or nextqa/, dataset/nextqa/),       NExTVideo/<dir>/     val
+            map_vid_vidorID.json beside it                   <id>.mp4 (or videos/)
 =========== ================================================ ==================== ==============
 """
 
@@ -38,6 +40,7 @@ from data.loaders._common import (
     check_image_files,
 )
 from data.loaders.gqa import load_gqa_questions, load_gqa_root, load_scene_graphs
+from data.loaders.nextqa import load_nextqa, load_nextqa_root
 from data.loaders.refcoco import load_refcoco, load_refcoco_root
 from data.loaders.sugarcrepe import load_sugarcrepe, load_sugarcrepe_root
 from data.loaders.vqav2 import load_vqa, load_vqa_root
@@ -54,6 +57,7 @@ _REGISTRY: dict[str, tuple[Callable[..., list[Example]], str]] = {
     "refcoco": (partial(load_refcoco_root, dataset="refcoco"), "val"),
     "refcoco+": (partial(load_refcoco_root, dataset="refcoco+"), "val"),
     "refcocog": (partial(load_refcoco_root, dataset="refcocog"), "val"),
+    "nextqa": (load_nextqa_root, "val"),
 }
 DATASETS = tuple(_REGISTRY)
 
@@ -91,6 +95,7 @@ __all__ = [
     "dataset_options",
     "load_dataset",
     "load_gqa_questions",
+    "load_nextqa",
     "load_refcoco",
     "load_scene_graphs",
     "load_sugarcrepe",

@@ -55,10 +55,15 @@ API_OBJECTS: dict[str, Any] = {
 
 
 def program_globals() -> dict[str, Any]:
-    """A fresh globals dict for one program: the API, `math`, and the typing names programs use."""
+    """A fresh globals dict for one program: the API, `math`, `np`, and the typing names programs use.
+
+    `np` is there because ViperGPT runs programs in a module that has imported numpy as np, and its
+    NExT-QA prompt teaches programs to call `np.percentile` without an import."""
     import typing
 
-    names: dict[str, Any] = {"__name__": "program", "math": math}
+    import numpy as np
+
+    names: dict[str, Any] = {"__name__": "program", "math": math, "np": np}
     names.update({n: getattr(typing, n) for n in ("List", "Dict", "Tuple", "Union", "Optional", "Any")})
     names.update(API_OBJECTS)
     return names

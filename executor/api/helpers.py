@@ -30,18 +30,23 @@ def best_image_match(list_patches: list[ImagePatch], content: list[str], return_
     return index if return_index else list_patches[index]
 
 
-def distance(patch_a: ImagePatch, patch_b: ImagePatch) -> float:
+def distance(patch_a: ImagePatch | float, patch_b: ImagePatch | float) -> float:
     """Pixel distance between the edges of two patches; when they overlap, minus their IoU
-    (so overlapping patches are always "closer" than separate ones).
+    (so overlapping patches are always "closer" than separate ones). Given two numbers (such as
+    two `horizontal_center`s), their absolute difference.
 
     >>> # the cup closest to the laptop
     >>> laptop = image_patch.find("laptop")[0]
     >>> cups = image_patch.find("cup")
     >>> return min(cups, key=lambda cup: distance(cup, laptop))
     """
+    if _is_number(patch_a) and _is_number(patch_b):
+        # ViperGPT's own `distance` takes numbers too, and its RefCOCO prompt compares centres with it.
+        return float(abs(patch_a - patch_b))
     if not isinstance(patch_a, ImagePatch) or not isinstance(patch_b, ImagePatch):
         raise TypeError(
-            f"distance() expects two ImagePatch, got {type(patch_a).__name__} and {type(patch_b).__name__}"
+            "distance() expects two ImagePatch or two numbers, "
+            f"got {type(patch_a).__name__} and {type(patch_b).__name__}"
         )
     dx = max(patch_b.left - patch_a.right, patch_a.left - patch_b.right, 0)
     dy = max(patch_b.lower - patch_a.upper, patch_a.lower - patch_b.upper, 0)
@@ -49,6 +54,11 @@ def distance(patch_a: ImagePatch, patch_b: ImagePatch) -> float:
         overlap = iou(patch_a._box, patch_b._box)
         return -overlap if overlap > 0 else 0.0  # touching patches are at 0.0, not -0.0
     return float(np.hypot(dx, dy))
+
+
+def _is_number(value) -> bool:
+    # numpy scalars count (a depth or a mean often is one); bools do not: they are answers, not positions
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def bool_to_yesno(bool_answer: bool) -> str:

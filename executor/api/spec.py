@@ -84,7 +84,7 @@ VARIANTS: dict[str, ApiVariant] = {
     "vipergpt_video": ApiVariant(
         "vipergpt_video",
         (
-            ("VideoSegment", ("__init__", "frame_iterator", "trim", "select_answer")),
+            ("VideoSegment", ("__init__", "frame_from_index", "frame_iterator", "trim", "select_answer")),
             ("ImagePatch", ("__init__", "find", "exists", "best_text_match", "simple_query")),
         ),
         ("best_image_match", "select_answer"),

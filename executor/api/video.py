@@ -6,6 +6,7 @@ of a segment (`start`, `end`) are relative to the original video.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -47,6 +48,7 @@ class VideoSegment(FrameSequence):
 
     Methods
     -------
+    frame_from_index(index: int) -> ImagePatch
     frame_iterator() -> Iterator[ImagePatch]
     trim(start: int = None, end: int = None) -> VideoSegment
     simple_query(question: str) -> str
@@ -80,6 +82,16 @@ class VideoSegment(FrameSequence):
             raise IndexError(f"frame {index} is outside the segment's {self.num_frames} frames")
         return self.trimmed_video[index]
 
+    def frame_from_index(self, index: int) -> ImagePatch:
+        """The frame at position `index` of the segment as an ImagePatch (negative indices count
+        from the end).
+
+        >>> # what is in the middle of the video?
+        >>> middle = video_segment.frame_from_index(video_segment.num_frames // 2)
+        >>> return middle.simple_query("What is in the frame?")
+        """
+        return ImagePatch(self.frame(operator.index(index)))
+
     def frame_iterator(self) -> Iterator[ImagePatch]:
         """Each frame of the segment as an ImagePatch, in order.
 
@@ -88,8 +100,8 @@ class VideoSegment(FrameSequence):
         >>>     if frame.exists("dog"):
         >>>         return "yes"
         """
-        for source in self.trimmed_video.frames:
-            yield ImagePatch(source)
+        for i in range(self.num_frames):
+            yield self.frame_from_index(i)
 
     def trim(self, start: int = None, end: int = None) -> VideoSegment:
         """A sub-segment; `start` and `end` are frame numbers within this segment.

@@ -37,7 +37,8 @@ DEICTIC = frozenset({"this", "that", "it", "these", "those", "they", "there"})
 # Relations every question may use though no graph names them: "the shirt of the man", "the man with
 # the hat" hold when the two are attached (a relation either way, or one mostly inside the other).
 _ATTACHING = (("of",), ("with",))
-_TOKEN = re.compile(r"[a-z]+|'s")
+# Digits are words too: a name or a phrase may be a number ("17", a player's shirt).
+_TOKEN = re.compile(r"[a-z0-9]+|'s")
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def scene_objects(scene: dict) -> list[SceneObject]:
 
 
 def tokens(text: str) -> list[str]:
-    """Lower-case words of a question or phrase; a possessive "'s" is a word of its own."""
+    """Lower-case words (letters or digits) of a question or phrase; a possessive "'s" is a word of
+    its own."""
     text = text.lower().replace("\u2019", "'")
     text = re.sub(r"\b(what|who|where|that|it|there|how)'s\b", r"\1 is", text)
     return _TOKEN.findall(text.replace("colour", "color"))
@@ -155,12 +157,27 @@ class View:
         """The objects a plain noun phrase names. Where the phrase's word is some object's own
         name, objects it names only by inflection drop out ("glasses" is not the drinking glass
         when the scene holds a pair of glasses); broader names stay ("person" keeps the men)."""
+        numbers = {w for w in words if w.isdigit()}
+        if numbers:
+            return self._numbered(words, numbers)
         phrase = parse_noun_phrase(" ".join(words))
         scored = [(o, phrase.match(o.name, o.attributes)) for o in self.visible]
         scored = [(o, q) for o, q in scored if q]
         if any(q == EXACT for _, q in scored):
             scored = [(o, q) for o, q in scored if q != INFLECTED]
         return [o for o, _ in scored]
+
+    def _numbered(self, words: list[str], numbers: set[str]) -> list[SceneObject]:
+        """The objects a phrase holding numbers names ("17", "number 17", "the 17 bus"): each number
+        must be a word of the object's name or of one of its attributes, and the other words a noun
+        phrase for it. The noun-phrase reader knows letters only, and a phrase it reads as empty
+        names every object."""
+        found = [o for o in self.visible if numbers <= _numbers_of(o)]
+        rest = strip_fillers([w for w in words if w not in numbers and w not in _NUMBER_WORDS])
+        if not rest:
+            return found
+        phrase = parse_noun_phrase(" ".join(rest))
+        return [o for o in found if phrase.matches(o.name, o.attributes)]
 
     def resolve(self, words: list[str]) -> list[SceneObject]:
         """The visible objects a referring expression names; [] when none (or it is not understood).
@@ -234,6 +251,14 @@ class View:
         if covered(words, attribute_phrases(obj.attributes) | {obj.name}):
             return True
         return parse_noun_phrase(" ".join(words)).matches(obj.name, obj.attributes)
+
+
+# "number 17" names the 17 itself, whether the graph calls it "17" or a "number" that is 17.
+_NUMBER_WORDS = frozenset({"number", "numbers", "no"})
+
+
+def _numbers_of(obj: SceneObject) -> set[str]:
+    return {w for text in (obj.name, *obj.attributes) for w in tokens(text) if w.isdigit()}
 
 
 def _relation_matches(asked: tuple[str, ...], listed: str) -> bool:

@@ -1,16 +1,24 @@
-"""Official metrics per dataset, computed from the answers an inference mode settled on.
+"""Metrics per dataset, computed from the answers an inference mode settled on.
 
-Every dataset gets its paper's headline number(s) plus the same execution-side rates:
+Every dataset's `headline` is its official metric, computed as the official script computes it
+(`train/evaluation/official.py`); other conventions sit beside it in `variants`, each under its own
+name (`train/evaluation/conventions.py` says whose it is), never in its place:
 
-- GQA: exact match after normalisation, per question group (GQA's `detailed` type);
+- GQA: accuracy, binary, open over the balanced questions, strings compared as they are; variants
+  ViperGPT's (the prediction normalised, a failure read as "no") and vprl's training reward (both
+  sides normalised);
 - VQAv2 / OK-VQA: VQA soft accuracy over the ten annotators, per question group;
-- Winoground: text, image and group scores (strict comparisons: "yes" to both captions is wrong);
-- SugarCREPE: per category, the share of image/caption pairs judged right on both the positive
-  and the negative caption, and the per-item yes/no accuracy;
-- RefCOCO/+/g: mean IoU and accuracy at IoU 0.5;
+- Winoground: text, image and group scores (strict: "yes" to both captions is wrong); variant the
+  per-pairing accuracy;
+- SugarCREPE: per category, the share of entries whose positive caption scores higher than the
+  negative; variants the mean over categories (the matrix cell), the stricter "both right" rule and
+  the per-caption accuracy;
+- NExT-QA: accuracy overall, per category (causal, temporal, descriptive) and per question type;
+- RefCOCO/+/g: accuracy at IoU 0.5 and mean IoU; variants ViperGPT's (mean box for a failure,
+  accuracy at IoU > 0.7);
 - all: exception rate (syntax, runtime, bad return), timeout rate, refusal rate, the share of
   answers coming from the fallback, and "right for the wrong reason": the share of correct answers
-  whose program fails its unit tests (only where unit tests were run).
+  (by the training reward's match) whose program fails its unit tests (only where they were run).
 
 Numbers with a fallback are never mixed into the no-fallback numbers: `dataset_metrics` computes
 either, and the report shows both.
@@ -23,9 +31,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from data.loaders.winoground_scores import winoground_scores
 from data.records import Example
-from rewards.correctness import correctness, grounding_scores, yes_no
+from rewards.correctness import correctness
+from train.evaluation import official
+from train.evaluation.conventions import DESCRIPTIONS, description
 
 EXCEPTIONS = frozenset({"syntax_error", "runtime_error", "bad_return"})
 TIMEOUTS = frozenset({"timeout"})
@@ -74,10 +83,13 @@ class DatasetMetrics:
     dataset: str
     task: str
     n: int
-    headline: dict[str, float]  # the paper's number(s) for this dataset
+    headline: dict[str, float]  # the official metric(s), computed as the official script does
     per_group: dict[str, dict[str, float]] = field(default_factory=dict)
     rates: dict[str, float] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
+    variants: dict[str, float] = field(default_factory=dict)  # other conventions, by name
+    counted: dict[str, int] = field(default_factory=dict)  # items each number averages over
+    cell: str = ""  # the number a matrix cell shows (a headline, or for SugarCREPE a named variant)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,16 +98,32 @@ class DatasetMetrics:
     def from_json(cls, row: dict[str, Any]) -> DatasetMetrics:
         return cls(**row)
 
+    @property
+    def family(self) -> str:
+        """Which table of `conventions.DESCRIPTIONS` names this dataset's numbers."""
+        family = dataset_family(self.dataset)
+        if self.task == "grounding":
+            return "grounding"
+        if family in ("vqav2", "okvqa"):
+            return "vqa"
+        return family if family in DESCRIPTIONS else "other"
+
+    def describe(self, name: str) -> str:
+        return description(self.family, name)
+
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _dataset_family(name: str) -> str:
+def dataset_family(name: str) -> str:
     key = "".join(ch for ch in name.lower() if ch.isalnum())
     if key.startswith("refcoco"):
         return "refcoco"
     return key
+
+
+_OFFICIAL = {"gqa": official.gqa, "winoground": official.winoground, "sugarcrepe": official.sugarcrepe}
 
 
 def dataset_metrics(
@@ -123,32 +151,20 @@ def dataset_metrics(
     answers = [p.final_answer(use_fallback) for p in preds]
     scores = [correctness(e, a) if a is not None else 0.0 for e, a in zip(examples, answers)]
 
-    family = _dataset_family(dataset)
-    per_group: dict[str, dict[str, float]] = {}
-    if family == "winoground":
-        yes = [1.0 if yes_no(a) == "yes" else 0.0 for a in answers]
-        wg = winoground_scores(examples, yes)
-        headline = {"text": wg.text, "image": wg.image, "group": wg.group, "item_accuracy": _mean(scores)}
-        per_group = {tag: {k: v for k, v in row.items()} for tag, row in wg.per_group.items()}
-    elif family == "sugarcrepe":
-        headline, per_group = _sugarcrepe(examples, scores)
+    family = dataset_family(dataset)
+    if family in _OFFICIAL:
+        scored = _OFFICIAL[family](examples, answers)
+    elif family == "nextqa" and task == "video_qa":
+        scored = official.nextqa(examples, answers)
     elif task == "grounding":
-        grounding = [grounding_scores(e, a) for e, a in zip(examples, answers)]
-        headline = {"miou": _mean([g["iou"] for g in grounding]), "acc50": _mean([g["acc50"] for g in grounding])}
-        groups: dict[str, list[dict[str, float]]] = defaultdict(list)
-        for e, g in zip(examples, grounding):
-            groups[e.group or "all"].append(g)
-        per_group = {
-            k: {"miou": _mean([g["iou"] for g in v]), "acc50": _mean([g["acc50"] for g in v]), "n": float(len(v))}
-            for k, v in sorted(groups.items())
-        }
+        scored = official.grounding(examples, answers)
     else:
-        name = "vqa_accuracy" if family in ("vqav2", "okvqa") else "exact_match" if family == "gqa" else "accuracy"
-        headline = {name: _mean(scores)}
+        name = "vqa_accuracy" if family in ("vqav2", "okvqa") else "accuracy"
         groups_v: dict[str, list[float]] = defaultdict(list)
         for e, s in zip(examples, scores):
             groups_v[e.group or "all"].append(s)
         per_group = {k: {name: _mean(v), "n": float(len(v))} for k, v in sorted(groups_v.items())}
+        scored = official.Scored({name: _mean(scores)}, name, per_group, counted={name: len(scores)})
 
     statuses = Counter(p.status for p in preds)
     n = len(preds)
@@ -164,44 +180,48 @@ def dataset_metrics(
     }
     if tested:
         rates["right_for_wrong_reason"] = sum(score < unit_test_pass for _, score in tested) / len(tested)
-    return DatasetMetrics(dataset, task, n, headline, per_group, rates, dict(sorted(statuses.items())))
+    return DatasetMetrics(
+        dataset,
+        task,
+        n,
+        scored.headline,
+        scored.per_group,
+        rates,
+        dict(sorted(statuses.items())),
+        scored.variants,
+        scored.counted,
+        scored.cell,
+    )
 
 
 def _fell_back(p: Prediction) -> bool:
     return p.fallback_answer is not None
 
 
-def _sugarcrepe(examples: Sequence[Example], scores: Sequence[float]) -> tuple[dict, dict]:
-    pairs: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    items: dict[str, list[float]] = defaultdict(list)
-    for e, s in zip(examples, scores):
-        category = str(e.meta.get("category") or e.group or "all")
-        entry = str(e.meta.get("entry") or e.id)
-        polarity = str(e.meta.get("polarity", "pos"))
-        pairs[(category, entry)][polarity] = s
-        items[category].append(s)
-    by_category: dict[str, list[float]] = defaultdict(list)
-    for (category, _), row in pairs.items():
-        by_category[category].append(float(all(v >= CORRECT_AT for v in row.values()) and len(row) == 2))
-    per_group = {
-        c: {"pair_accuracy": _mean(by_category[c]), "item_accuracy": _mean(items[c]), "n": float(len(by_category[c]))}
-        for c in sorted(by_category)
-    }
-    headline = {
-        "pair_accuracy": _mean([v["pair_accuracy"] for v in per_group.values()]),  # macro over categories
-        "item_accuracy": _mean([s for v in items.values() for s in v]),
-    }
-    return headline, per_group
-
-
-HEADLINE_KEYS = ("exact_match", "vqa_accuracy", "group", "pair_accuracy", "acc50", "accuracy")
+# Cells of reports written before `cell` was recorded: the first of these the headline holds.
+_OLD_CELLS = ("exact_match", "vqa_accuracy", "group", "pair_accuracy", "acc50", "accuracy")
 
 
 def headline_key(m: DatasetMetrics) -> str:
-    """Which of the dataset's numbers a matrix cell shows (Winoground: group; RefCOCO: acc@0.5)."""
-    return next((k for k in HEADLINE_KEYS if k in m.headline), next(iter(m.headline)))
+    """The name of the number a matrix cell shows (GQA: accuracy; Winoground: group; RefCOCO:
+    acc@0.5; SugarCREPE: the mean of the official per-category accuracies)."""
+    if m.cell:
+        return m.cell
+    return next((k for k in _OLD_CELLS if k in m.headline), next(iter(m.headline)))
 
 
 def headline_value(m: DatasetMetrics) -> float:
     """The single number a matrix cell shows for this dataset."""
-    return m.headline[headline_key(m)]
+    key = headline_key(m)
+    return m.headline[key] if key in m.headline else m.variants[key]
+
+
+def group_key(m: DatasetMetrics) -> str | None:
+    """The official number of a `per_group` row (the per-type plots show it); None without groups."""
+    rows = [row for row in m.per_group.values() if row]
+    if not rows:
+        return None
+    first = headline_key(m)
+    if all(first in row for row in rows):
+        return first
+    return next((k for k in rows[0] if k != "n"), None)

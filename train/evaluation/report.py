@@ -1,6 +1,9 @@
 """Evaluation reports: one JSON with everything, a markdown table, and PNG plots.
 
-Cells are mean ± std over seeds. Plots: the generalization matrix (policy, named by what it was
+Cells are mean ± std over seeds of each dataset's official metric (SugarCREPE, whose official
+script reports its categories only, shows their mean, named as ours). The details list the official
+numbers, then the other conventions under their own names, and the report ends with what each
+name means and whose convention it is. Plots: the generalization matrix (policy, named by what it was
 trained on, × evaluation set; one panel per inference mode), per-question-type bars for each
 evaluation set, and the breakdown of failures (execution errors and refusals). Fallback numbers
 sit in their own panels and tables ("<mode>+fallback"), never in the no-fallback ones.
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from train.evaluation.metrics import DatasetMetrics, headline_key, headline_value
+from train.evaluation.metrics import DatasetMetrics, group_key, headline_key, headline_value
 
 # results[policy][mode][dataset][seed] = metrics, plus the with-fallback twin when it was computed
 Results = Mapping[str, Mapping[str, Mapping[str, Mapping[int, DatasetMetrics]]]]
@@ -76,8 +79,25 @@ def _metric_names(results: Results) -> dict[str, str]:
     return names
 
 
+def conventions(results: Results) -> dict[str, dict[str, str]]:
+    """dataset -> each reported number's name -> what it is (official, or whose convention)."""
+    out: dict[str, dict[str, str]] = {}
+    for by_mode in results.values():
+        for by_ds in by_mode.values():
+            for ds, seeds in by_ds.items():
+                m = _first(seeds)
+                for name in [*m.headline, *m.variants]:
+                    out.setdefault(ds, {}).setdefault(name, m.describe(name))
+    return out
+
+
 def to_json(results: Results, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"results": {}, "matrix": {}, "headline": _metric_names(results)}
+    out: dict[str, Any] = {
+        "results": {},
+        "matrix": {},
+        "headline": _metric_names(results),
+        "conventions": conventions(results),
+    }
     for policy, by_mode in results.items():
         for mode, by_ds in by_mode.items():
             for ds, seeds in by_ds.items():
@@ -116,7 +136,7 @@ def markdown(results: Results) -> str:
     mat = matrix(results)
     datasets = datasets_of(results)
     names = _metric_names(results)
-    lines += ["Cells: the headline metric in % (mean ± std over seeds where there are several).", ""]
+    lines += ["Cells: the official metric in % (mean ± std over seeds where there are several).", ""]
     for mode in modes_of(results):
         header = [f"{ds} ({names[ds]})" for ds in datasets]
         lines += [f"## {mode}", "", "| policy | " + " | ".join(header) + " |", "|---|" + "---|" * len(datasets)]
@@ -125,17 +145,42 @@ def markdown(results: Results) -> str:
                 row = [by_mode[mode][ds].text() if ds in by_mode[mode] else "–" for ds in datasets]
                 lines.append(f"| {policy} | " + " | ".join(row) + " |")
         lines.append("")
-    lines += ["## Details (first seed)", ""]
+    notes = conventions(results)
+    ours = [ds for ds in datasets if names[ds] not in _official_names(results, ds)]
+    lines += [f"{ds}: the cell is {names[ds]}, {notes[ds][names[ds]]}." for ds in ours]
+    lines += [""] if ours else []
+    lines += ["## Details (first seed)", "", "Official metrics first; then the other conventions, by name.", ""]
     for policy, by_mode in results.items():
         for mode, by_ds in by_mode.items():
             for ds in datasets:
                 if ds not in by_ds:
                     continue
                 m = _first(by_ds[ds])
-                head = ", ".join(f"{k} {100 * v:.1f}" for k, v in m.headline.items())
+                head = ", ".join(f"{k} {100 * v:.1f}{_counted(m, k)}" for k, v in m.headline.items())
+                other = ", ".join(f"{k} {100 * v:.1f}{_counted(m, k)}" for k, v in m.variants.items())
                 rates = ", ".join(f"{k} {v:.3g}" for k, v in m.rates.items())
-                lines.append(f"- **{policy} / {mode} / {ds}** (n={m.n}): {head}; {rates}")
+                row = f"- **{policy} / {mode} / {ds}** (n={m.n}): official {head}"
+                lines.append(row + (f"; variants {other}" if other else "") + f"; {rates}")
+    lines += ["", "## What each number is", ""]
+    for ds in datasets:
+        lines += [f"- **{ds}**"] + [f"  - `{name}`: {text}" for name, text in notes.get(ds, {}).items()]
     return "\n".join(lines) + "\n"
+
+
+def _official_names(results: Results, dataset: str) -> set[str]:
+    return {
+        name
+        for by_mode in results.values()
+        for by_ds in by_mode.values()
+        if dataset in by_ds
+        for name in _first(by_ds[dataset]).headline
+    }
+
+
+def _counted(m: DatasetMetrics, name: str) -> str:
+    """` (of k)` where a number averages over fewer items than the dataset has (GQA's balanced ones)."""
+    k = m.counted.get(name)
+    return f" (of {k})" if k is not None and k != m.n else ""
 
 
 def _pyplot():
@@ -182,7 +227,7 @@ def plot_matrix(results: Results, path: Path) -> Path:
         ax.tick_params(axis="x", labelbottom=ax is axes[-1, 0])
         ax.set_title(f"mode: {mode}", fontsize=10, loc="left")
         ax.set_ylabel("policy")
-    fig.suptitle("Generalization matrix: headline metric (%) by policy × evaluation set", fontsize=11)
+    fig.suptitle("Generalization matrix: official metric (%) by policy × evaluation set", fontsize=11)
     fig.colorbar(im, ax=axes[:, 0].tolist(), fraction=0.025, pad=0.02, label="%")
     return _save(fig, path)
 
@@ -200,7 +245,7 @@ def plot_per_type(results: Results, dataset: str, path: Path) -> Path | None:
         for m in modes:
             if dataset in results[p].get(m, {}):
                 first = _first(results[p][m][dataset])
-                key = key or headline_key(first)
+                key = key or group_key(first)
                 groups += [g for g in first.per_group if g not in groups and key in first.per_group[g]]
     if not groups or key is None:
         return None
