@@ -22,6 +22,7 @@ COMMANDS = [
     ("executor.run", []),
     ("executor.serve", []),
     ("data.shapes", []),
+    ("train.view", []),
 ]
 CONFIG_COMMANDS = {
     "train/rl.py",

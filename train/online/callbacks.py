@@ -70,12 +70,17 @@ class MetricsRecorder(TrainerCallback):
 
 
 class ProgramTable(TrainerCallback):
-    """A wandb.Table of the sampled programs of a step, with their traces, every `every` steps."""
+    """A wandb.Table of the sampled programs of a step, with their traces, every `every` steps.
 
-    def __init__(self, recorder: RolloutRecorder, every: int, limit: int = 64):
+    With `images` (example id -> image path), each row also carries the picture with the boxes of
+    its tool calls (`wandb.Image` box annotations, one class per call), as the run viewer
+    (`python -m train.view`) draws them."""
+
+    def __init__(self, recorder: RolloutRecorder, every: int, limit: int = 64, images: dict[str, str] | None = None):
         self.recorder = recorder
         self.every = every
         self.limit = limit
+        self.images = images or {}
 
     def on_step_end(self, args, state, control, **kwargs):
         if not state.is_world_process_zero or self.every <= 0 or state.global_step % self.every:
@@ -87,7 +92,7 @@ class ProgramTable(TrainerCallback):
         if wandb.run is None or not self.recorder.recent:
             return control
         columns = ["step", "example_id", "query", "program", "status", "answer", "total", "components", "trace"]
-        table = wandb.Table(columns=columns)
+        table = wandb.Table(columns=[*columns, "image"])
         for row in self.recorder.recent[: self.limit]:
             trace = "\n".join(
                 f"{c.get('tool')}({json.dumps(c.get('args'))[:80]}) -> {c.get('result')}" for c in row.tool_calls
@@ -102,12 +107,57 @@ class ProgramTable(TrainerCallback):
                 row.total,
                 json.dumps(row.components),
                 trace,
+                traced_image(wandb, self.images.get(row.example_id), row),
             )
         # No `step=`: transformers' WandbCallback logs without one, so wandb's own step runs ahead of
         # the trainer's, and a record with an older step is dropped. The trainer's step goes in the
         # row, as `train/global_step` (transformers' x-axis for every train/ metric).
         wandb.log({"programs": table, "train/global_step": state.global_step})
         return control
+
+
+TABLE_IMAGE_SIDE = 384  # the table's pictures are downscaled to this: wandb uploads every one
+
+
+def traced_image(wandb: Any, path: str | None, row: RolloutRow) -> Any:
+    """The example's picture with a box per detection and per looked-at region of each tool call,
+    in the picture's pixels (top-left origin); None without a readable picture."""
+    from PIL import Image, UnidentifiedImageError
+
+    from train.view.traces import call_marks
+
+    if not path:
+        return None
+    try:
+        with Image.open(path) as im:
+            size = im.size
+            picture = im.convert("RGB")
+    except (OSError, UnidentifiedImageError, ValueError):
+        logger.warning("program table: cannot read the picture %s of %s", path, row.example_id)
+        return None
+    scale = min(1.0, TABLE_IMAGE_SIDE / max(size))
+    if scale < 1.0:
+        picture = picture.resize((max(1, round(size[0] * scale)), max(1, round(size[1] * scale))))
+    boxes, labels = [], {}
+    for mark in call_marks(row.program, row.tool_calls, size):
+        labels[mark.index] = f"#{mark.index} {mark.label}"
+        drawn = [(b[:4], f"#{mark.index} {b[5]}", b[4]) for b in mark.boxes]
+        if mark.region is not None:
+            drawn.append((mark.region, f"#{mark.index} {mark.label} -> {mark.result}"[:120], None))
+        for box, caption, score in drawn:
+            x0, y0, x1, y1 = (round(v * scale, 1) for v in box)
+            entry = {
+                "position": {"minX": x0, "minY": y0, "maxX": x1, "maxY": y1},
+                "domain": "pixel",
+                "class_id": mark.index,
+                "box_caption": caption,
+            }
+            if score is not None:
+                entry["scores"] = {"score": float(score)}
+            boxes.append(entry)
+    if not boxes:
+        return wandb.Image(picture)
+    return wandb.Image(picture, boxes={"tool_calls": {"box_data": boxes, "class_labels": labels}})
 
 
 def _jsonable(value: Any) -> bool:

@@ -68,7 +68,9 @@ def build_trainer(
         callbacks=[
             recorder,
             MetricsRecorder(runs.MetricsLog(run_dir)),
-            ProgramTable(recorder, cfg.rewards.program_table_steps),
+            ProgramTable(
+                recorder, cfg.rewards.program_table_steps, images={p.example.id: p.example.image for p in prompted}
+            ),
         ],
     )
     trainer.setup_program_training(

@@ -31,6 +31,9 @@ class RolloutRow:
     components: reward name -> value (None when the component had nothing to say).
     total: the composed reward; None when masked (infra_error).
     tool_calls: the trace, as `ToolCallRecord.to_json()` rows (may be empty to keep logs small).
+    unit_tests: the label-free reward's verdict per test (`rewards.unit_tests.TestOutcome.to_json()`
+        rows with the test image's path as "image"), for the run viewer; empty where the run did not
+        record them, as in every log written before the field existed.
     """
 
     step: int
@@ -49,9 +52,13 @@ class RolloutRow:
     error: str | None = None
     policy: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    unit_tests: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.unit_tests:  # rows stay as they were before the field, for older readers
+            del out["unit_tests"]
+        return out
 
     @classmethod
     def from_json(cls, row: dict[str, Any], where: str = "rollout row") -> RolloutRow:
