@@ -245,3 +245,29 @@ def test_export_of_a_run_on_a_local_base_loads_from_anywhere(tmp_path, base_path
     loaded = AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "out"))
     assert torch.allclose(_logits(loaded, inputs), _logits(policy, inputs), atol=ADAPTER_ATOL)
     assert (hub / "adapter_config.json").is_file()
+
+
+def test_export_card_carries_licence_prompt_and_evaluation(tmp_path, base_path):
+    """#29 item 3: the card names the licence, shows the prompt format (not only its hash) and, given
+    an evaluation, its figures as model-index metadata."""
+    from huggingface_hub import ModelCard
+
+    run = tmp_path / "run"
+    _make_run(run, base_path)
+    evaluation = {
+        "headline": {"gqa": "exact_match", "winoground": "group"},
+        "matrix": {
+            "base": {"single": {"gqa": {"mean": 0.3, "std": 0.0, "seeds": 1}}},
+            "after_rl": {"single": {"gqa": {"mean": 0.42, "std": 0.01, "seeds": 3}, "winoground": {"mean": 0.1}}},
+        },
+    }
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "evaluation.json").write_text(json.dumps(evaluation))
+    assert main(["--run", str(run), "--out", str(tmp_path / "out"), "--evaluation", str(tmp_path / "eval")]) == 0
+    card = ModelCard.load(str(tmp_path / "out" / "README.md"))
+    assert card.data.license == "apache-2.0"  # the tiny policy is this project's own
+    results = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert results == {("gqa", "exact_match"): 0.42, ("winoground", "group"): 0.1}
+    assert "<QUESTION>" in card.text and "## Evaluation" in card.text
+    with pytest.raises(SystemExit):
+        main(["--run", str(run), "--out", str(tmp_path / "o2"), "--evaluation", str(tmp_path / "missing")])

@@ -104,6 +104,12 @@ def test_grpo_trains_and_writes_the_run_folder(tmp_path, assets):
     assert parse_rl_config(["--config", str(run / "config.yaml")]).to_flat() == yaml.safe_load(
         (run / "config.yaml").read_text()
     )
+    # #29 item 3: the cards a user sees are the project's, not trl's or peft's templates
+    for card in (run / "README.md", adapter / "README.md"):
+        text = card.read_text()
+        assert "a vprl visual-program generator adapter" in text and str(assets[1]) in text, card
+        assert "\nlicense: " in text and "<QUESTION>" in text, card
+        assert "fine-tuned version of [None]" not in text and "[More Information Needed]" not in text, card
 
 
 def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, assets, monkeypatch):

@@ -99,6 +99,37 @@ def family_table(report: dict, datasets: tuple[str, ...] = tuple(TITLES)) -> str
     return "\n".join(lines)
 
 
+EXPECTED = Path(__file__).with_name("quickstart_expected.yaml")
+PARTS = {"unseen": "shapes:val-unseen", "seen": "shapes:val-seen", "heldout": "shapes:heldout"}
+
+
+def expected_gains(rl_config: str) -> dict[str, dict] | None:
+    """The documented gains for this recipe (train/quickstart_expected.yaml), None for another."""
+    import yaml
+
+    return yaml.safe_load(EXPECTED.read_text(encoding="utf-8")).get(Path(rl_config).stem)
+
+
+def comparison(report: dict, expected: dict[str, dict]) -> str:
+    """The newcomer's gains next to the documented ones: one run is one draw, so it is judged against
+    mean +- 2 std over seeds, not against the interval of the mean."""
+    results = report["results"]
+    before, after = list(results)[:2]
+    lines = [
+        f"  {'part':<9}{'yours':>8}   {'documented: mean ± std [95% interval of the mean]':<52}{'one run: mean ± 2 std':<24}",
+    ]
+    for part, ds in PARTS.items():
+        b, a, e = _first_seed(results, before, ds), _first_seed(results, after, ds), expected.get(part)
+        if b is None or a is None or e is None:
+            continue
+        gain = 100 * (_headline(a) - _headline(b))
+        low, high = e["mean"] - 2 * e["std"], e["mean"] + 2 * e["std"]
+        verdict = "within" if low <= gain <= high else "OUTSIDE"
+        documented = f"{e['mean']:+.1f} ± {e['std']:.1f} [{e['interval'][0]:+.1f}, {e['interval'][1]:+.1f}]"
+        lines.append(f"  {part:<9}{gain:+8.1f}   {documented:<52}[{low:+.1f}, {high:+.1f}] {verdict}")
+    return "\n".join(lines)
+
+
 def _first_seed(results, policy, ds):
     if policy is None:
         return None
@@ -191,6 +222,10 @@ def main(argv: list[str] | None = None) -> dict:
     print("\n" + markdown(report["results"]).split("## Details")[0])
     print("Accuracy (%) per question family, greedy, one program per question:")
     print(family_table(report))
+    expected = expected_gains(cfg.rl_config)
+    if expected and len(report["results"]) > 1:
+        print(f"\nYour gains (points) next to the documented three-seed figures ({EXPECTED.name}):")
+        print(comparison(report, expected))
     print(
         f"\ntime: policy {t_policy - started:.0f} s, RL {t_rl - t_policy:.0f} s, evaluation {t_eval - t_rl:.0f} s, "
         f"total {t_eval - started:.0f} s (seed {cfg.seed})"

@@ -7,7 +7,8 @@ One recipe names the policy, the data, the prompt, the tool stack, the rewards a
 1. parse and check everything the recipe names (`train.recipe.checks`), failing before any work
    with a message naming the key;
 2. prepare the run folder (`train.runs`): resume when it holds the same recipe;
-3. start the executor (sandbox supervisor + tool host) before any model is loaded;
+3. start the executor (sandbox supervisor + tool host) before any model is loaded, then load the
+   stack's models on this process's GPU (`executor/tools/devices.py`) before the first step;
 4. load the policy, build prompts and the trainer, train, save the adapter.
 """
 
@@ -23,6 +24,7 @@ from urllib.parse import urlparse
 from executor.backends import open_backend
 from executor.host import ToolHost
 from executor.runner import SyncRunner
+from executor.tools.devices import rank_device
 from rewards.compose import RewardComposer
 from train.prompts import prompt_hash
 from train.recipe.checks import Checked, validate
@@ -60,13 +62,26 @@ def wandb_credentials() -> bool:
         return False
 
 
+def check_device(trainer_device) -> None:
+    """The policy goes where accelerate puts it and every other model where `rank_device` says;
+    the layout check plans both by `rank_device`'s rule, so they must be the same GPU."""
+    if getattr(trainer_device, "type", None) != "cuda":
+        return
+    ours = rank_device("cuda")
+    if ours != f"cuda:{trainer_device.index or 0}":
+        raise RuntimeError(f"accelerate trains this process on {trainer_device} but its tools would load on {ours}")
+
+
 @contextmanager
 def executor(checked: Checked):
-    """The tool backend, tool host and sandboxed runner, for the whole run."""
+    """The tool backend, tool host and sandboxed runner, for the whole run, with the stack's models
+    loaded: the supervisor starts first (lean), then the models, so none loads during a step."""
     backend = open_backend(checked.tool_stack, service=checked.tool_service, **checked.tool_overrides)
-    host = ToolHost(backend)
+    host = ToolHost(backend, rpc_timeout_s=checked.runner.rpc_timeout_s)
     runner = SyncRunner(host, checked.runner)
     try:
+        for loaded in host.preload():
+            logger.info("tool model loaded: %s", loaded)
         yield runner, host, backend
     finally:
         runner.close()
@@ -82,7 +97,8 @@ def main(argv: list[str] | None = None) -> Path:
     # --num_processes 2` reports one process (its default is not CPU), and every process would then
     # write the run folder and truncate the logs as if it were the main one.
     state = cfg.training.distributed_state
-    logger.info("process %d of %d", state.process_index, state.num_processes)
+    check_device(state.device)
+    logger.info("process %d of %d on %s", state.process_index, state.num_processes, state.device)
     if state.is_main_process:
         logger.info("%s", checked.layout.render())
     run_dir = Path(cfg.training.output_dir)
@@ -104,8 +120,14 @@ def main(argv: list[str] | None = None) -> Path:
                 step = checkpoint[0] if checkpoint else None
                 dropped = RolloutLog.in_run(run_dir).truncate_after(step)
                 dropped += runs.MetricsLog(run_dir).truncate_after(step)
-                if resuming:
-                    logger.info("resuming %s from %s (%d log rows after it dropped)", run_dir, checkpoint, dropped)
+                if resuming and checkpoint:
+                    logger.info(
+                        "resuming %s from step %d (%s; %d log rows after it dropped)",
+                        run_dir,
+                        checkpoint[0],
+                        checkpoint[1],
+                        dropped,
+                    )
         state.wait_for_everyone()
         resources = {"runner": runner, "tool_host": host, "run_dir": str(run_dir)}
         composer = RewardComposer(checked.rewards, resources=resources)
@@ -117,6 +139,13 @@ def main(argv: list[str] | None = None) -> Path:
             from train.online.run import train_online
 
             adapter = train_online(cfg, prompted, composer, runner, run_dir, checkpoint, state)
+    if state.is_main_process:
+        from train.export.adapter import write_run_cards
+
+        write_run_cards(run_dir, adapter)  # trl's and peft's generic cards know neither base nor recipe
+        print(
+            f"adapter: {adapter} (model card: {adapter / 'README.md'}; export: python -m train.export --run {run_dir})"
+        )
     return adapter
 
 

@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"--{f.name.replace('_', '-')}",
                 type=int,
                 default=getattr(defaults, f.name),
-                value_range=AT_LEAST_ONE if f.name in ("width", "height", "workers", "questions_per_image") else NON_NEGATIVE,
+                value_range=AT_LEAST_ONE
+                if f.name in ("width", "height", "workers", "questions_per_image")
+                else NON_NEGATIVE,
                 help=text,
             )
     args = parser.parse_args(argv)

@@ -64,6 +64,48 @@ def policy_base_model(manifest: dict[str, Any], adapter_config: dict[str, Any]) 
     raise ExportError("neither manifest.json's policy nor adapter_config.json names the base model; pass --base-model")
 
 
+def read_evaluation(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "evaluation.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ExportError(f"--evaluation: {path} does not exist (train.evaluation writes evaluation.json)") from None
+    except json.JSONDecodeError as exc:
+        raise ExportError(f"--evaluation: {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("matrix"), dict):
+        raise ExportError(f"--evaluation: {path}: not an evaluation.json of train.evaluation (no matrix)")
+    return data
+
+
+def write_run_cards(run: str | Path, source: str | Path) -> None:
+    """The project's model card in the run folder and its adapter folder, replacing the generic cards
+    trl and peft write there when the adapter is saved."""
+    run, source = Path(run), Path(source)
+    manifest = read_manifest(run)
+    adapter_config = json.loads((source / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    base = policy_base_model(manifest, adapter_config)
+    weights = source / ADAPTER_WEIGHTS
+    card = render_model_card(
+        run=run,
+        manifest=manifest,
+        config=read_config(run),
+        metrics=MetricsLog(run).read(),
+        rollouts=RolloutLog.in_run(run).read(),
+        adapter_config=adapter_config,
+        export={
+            "out": str(source),
+            "adapter_source": str(source.relative_to(run)) if source.is_relative_to(run) else str(source),
+            "base_model": base,
+            "quantization": policy_quantization(manifest),
+            "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else None,
+        },
+    )
+    card.save(str(source / "README.md"))
+    card.save(str(run / "README.md"))
+
+
 def _located(base: str) -> str:
     """A base model in a local folder as an absolute path: a relative one (`runs/tiny_policy`) only
     resolves from the folder the run was started in, so `AutoPeftModelForCausalLM.from_pretrained`
@@ -207,7 +249,10 @@ def export_run(
     push_to: str | None = None,
     private: bool = True,
     api: Any = None,
+    evaluation: str | Path | None = None,
 ) -> ExportResult:
+    """`evaluation`: an evaluation.json (or the folder holding it) of this adapter, whose headline
+    figures go into the card as `model-index` results."""
     from safetensors.torch import save_file
 
     run, out = Path(run), Path(out)
@@ -251,6 +296,7 @@ def export_run(
         rollouts=RolloutLog.in_run(run).read(),
         adapter_config=config,
         export=result.to_json() | {"tokenizer_source": tokenizer_source},
+        evaluation=read_evaluation(evaluation) if evaluation else None,
     )
     card.save(str(out / "README.md"))
     if merged_dir:
@@ -280,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--push-to-hub", metavar="REPO_OR_PATH", help="Hub repo id (user/name) or a local folder")
     parser.add_argument("--public", action="store_true", help="create the Hub repo public (default private)")
+    parser.add_argument(
+        "--evaluation",
+        help="evaluation.json (or its folder) of this adapter: its figures go into the card's model-index",
+    )
     args = parser.parse_args(argv)
     try:
         result = export_run(
@@ -291,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             dtype=args.dtype,
             push_to=args.push_to_hub,
             private=not args.public,
+            evaluation=args.evaluation,
         )
     except (ExportError, OSError) as exc:  # OSError: a base model or file that cannot be read
         fail(str(exc))

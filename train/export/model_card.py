@@ -15,6 +15,33 @@ LOWER_IS_BETTER = ("loss",)
 NO_DIRECTION = ("std", "zero_std", "zero_variance", "frac_", "share", "length", "num_", "clip", "entropy", "kl")
 
 
+def eval_results(evaluation: dict[str, Any]) -> list[Any]:
+    """`model-index` entries from `train.evaluation`'s evaluation.json: each dataset's headline metric
+    (mean over seeds) for the exported policy (the one named `after_rl`, else the report's last), in
+    the `single` mode where it was run (else the first mode)."""
+    from huggingface_hub import EvalResult
+
+    matrix = evaluation.get("matrix") or {}
+    names = evaluation.get("headline") or {}
+    if not matrix:
+        return []
+    policy = "after_rl" if "after_rl" in matrix else list(matrix)[-1]
+    modes = matrix[policy]
+    mode = "single" if "single" in modes else next(iter(modes))
+    return [
+        EvalResult(
+            task_type="visual-question-answering",
+            dataset_type=dataset,
+            dataset_name=dataset,
+            metric_type=str(names.get(dataset, "accuracy")),
+            metric_name=f"{names.get(dataset, 'accuracy')} ({mode}, {cell.get('seeds', 1)} seed(s))",
+            metric_value=float(cell["mean"]),
+        )
+        for dataset, cell in sorted(modes[mode].items())
+        if isinstance(cell.get("mean"), int | float)
+    ]
+
+
 def direction(name: str) -> float | None:
     """+1 where higher is better, -1 where lower is, None where the name does not say."""
     if any(w in name for w in NO_DIRECTION):
@@ -80,16 +107,61 @@ def _yaml_block(data: Any) -> str:
     return f"```yaml\n{text}\n```\n" if text else "(not recorded)\n"
 
 
-def render_model_card(run, manifest, config, metrics, rollouts, adapter_config, export):
+# The licence an adapter inherits from its base (it is a derivative of the base's weights), by the base's
+# name; a base not listed is "other", and the card says to check the base's own terms.
+BASE_LICENSES = (("codellama", "llama2"), ("llama-3", "llama3"), ("codegemma", "gemma"), ("gemma", "gemma"))
+
+
+def base_license(base: str, manifest: dict[str, Any]) -> str:
+    lowered = base.lower()
+    for key, licence in BASE_LICENSES:
+        if key in lowered:
+            return licence
+    if (manifest.get("policy") or {}).get("name", "").startswith("tiny") or "tiny_policy" in lowered:
+        return "apache-2.0"  # the CPU miniature's policy is built by this project from nothing
+    return "other"
+
+
+def prompt_format(manifest: dict[str, Any]) -> list[str]:
+    """The prompt each task's programs were trained on, rendered for a placeholder question: what a
+    user must reproduce to use the adapter (its hash alone says only whether two prompts differ)."""
+    from train.prompts import PromptConfig, PromptTemplate
+
+    lines = []
+    for task, data in sorted((manifest.get("prompt") or {}).items()):
+        try:
+            text = PromptTemplate.from_config(PromptConfig.from_dict(data)).build("<QUESTION>")
+        except (OSError, ValueError) as exc:  # an ICE file moved since training: say so, keep the config
+            lines += [f"Task `{task}`: the prompt could not be rendered here ({exc}); its settings are above."]
+            continue
+        lines += [
+            f"<details><summary>Task <code>{task}</code>: the prompt, for a question <code>&lt;QUESTION&gt;</code> "
+            f"({len(text)} characters)</summary>",
+            "",
+            "```text",
+            text,
+            "```",
+            "</details>",
+            "",
+        ]
+    return lines
+
+
+def render_model_card(run, manifest, config, metrics, rollouts, adapter_config, export, evaluation=None):
+    """`evaluation`: `train.evaluation`'s results (report.json), written into the card's metadata as
+    `model-index` results and into its text."""
     from huggingface_hub import ModelCard, ModelCardData
 
     base = export["base_model"]
     algorithm = manifest.get("algorithm") or config.get("algorithm") or "unknown"
     data = ModelCardData(
         base_model=base if not Path(base).exists() else None,
+        license=base_license(base, manifest),
         library_name="peft",
         pipeline_tag="text-generation",
         tags=["vprl", "visual-programming", "lora", str(algorithm)],
+        model_name=Path(export["out"]).name,
+        eval_results=eval_results(evaluation) if evaluation else None,
     )
     lora = {k: adapter_config.get(k) for k in ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora")}
     lines = [
@@ -111,7 +183,9 @@ def render_model_card(run, manifest, config, metrics, rollouts, adapter_config, 
         "```",
         "",
         "Prompts must be built the way training built them (`train.prompts`, prompt hash "
-        f"`{manifest.get('prompt_hash', '?')}`).",
+        f"`{manifest.get('prompt_hash', '?')}`; below). Licence: `{base_license(base, manifest)}`, the base "
+        "model's: the adapter is a derivative of its weights"
+        + (" (check the base model's own terms)." if base_license(base, manifest) == "other" else "."),
         "",
         "## Base model and adapter",
         _yaml_block({"base_model": base, "quantization_in_training": export["quantization"], "lora": lora}),
@@ -119,6 +193,7 @@ def render_model_card(run, manifest, config, metrics, rollouts, adapter_config, 
         _yaml_block(manifest.get("splits") or manifest.get("dataset")),
         "## Prompt",
         _yaml_block({"hash": manifest.get("prompt_hash"), "config": manifest.get("prompt")}),
+        *prompt_format(manifest),
         "## Tool stack",
         _yaml_block(manifest.get("tool_stack")),
         "## Rewards",
@@ -144,6 +219,9 @@ def render_model_card(run, manifest, config, metrics, rollouts, adapter_config, 
             f"without error. Mean reward: first step {roll['first'][0]} {roll['first'][1]:.4g}, final step "
             f"{roll['final'][0]} {roll['final'][1]:.4g}, best step {roll['best'][0]} {roll['best'][1]:.4g}.",
         ]
+    if evaluation:
+        lines += ["", "## Evaluation", "", "| dataset | metric | value |", "|---|---|---|"]
+        lines += [f"| {r.dataset_name} | {r.metric_name} | {r.metric_value:.4g} |" for r in eval_results(evaluation)]
     provenance = {k: manifest[k] for k in ("git", "git_commit", "packages", "versions", "command") if k in manifest}
     provenance["adapter_sha256"] = export["weights_sha256"]
     lines += ["", "## Provenance", _yaml_block(provenance)]
