@@ -1,3 +1,4 @@
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,3 +79,52 @@ def test_quickstart_prints_the_newcomers_gains_next_to_the_documented_ones():
     e = expected["unseen"]
     assert f"+{e['mean']} ± {e['std']} points on unseen questions" in readme
     assert f"[+{e['interval'][0]}, +{e['interval'][1]}]" in readme and EXPECTED.name in readme
+
+
+def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
+    """#29 item 3: resuming started a new wandb run, so the curves split in two."""
+    from train.recipe.rl_config import parse_rl_config
+    from train.rl import setup_reporting
+
+    for key in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR", "WANDB_MODE"):
+        monkeypatch.delenv(key, raising=False)
+    ids = []
+    for run in ("run", "run", "other"):
+        cfg = parse_rl_config(["--output_dir", str(tmp_path / run), "--report_to", "wandb"])
+        setup_reporting(cfg)
+        ids.append(os.environ.pop("WANDB_RUN_ID"))
+        assert os.environ.pop("WANDB_RESUME") == "allow"
+        os.environ.pop("WANDB_DIR")
+    assert ids[0] == ids[1] != ids[2]
+    assert (tmp_path / "run" / "wandb_run_id").read_text().strip() == ids[0]
+
+
+def test_the_evaluation_takes_train_rls_names_for_the_same_settings(tmp_path):
+    """#29 item 3: `prompt_layout` / `layout`, `executor_timeout_s` / `timeout_s`, `tool_stack` /
+    `tools` named one setting differently in the two commands."""
+    from train.evaluation.config import EvalConfig
+
+    (cfg,) = parse_config(
+        [EvalConfig], ["--prompt_layout", "bare", "--executor_timeout_s=7", "--tool_stack", "x.yaml"]
+    )
+    assert (cfg.layout, cfg.timeout_s, cfg.tools) == ("bare", 7.0, "x.yaml")
+    both = tmp_path / "eval.yaml"
+    both.write_text("layout: bare\nprompt_layout: viunit\n")
+    with pytest.raises(ConfigError, match=r"eval.yaml:2: prompt_layout and layout name one setting"):
+        parse_config([EvalConfig], ["--config", str(both)])
+
+
+def test_help_is_grouped_and_prepare_unit_tests_leaves_the_trainer_out():
+    """#29 item 3: train.rl --help was ~1,500 ungrouped lines; prepare_unit_tests listed every GRPO
+    option though it never trains."""
+    import subprocess
+    import sys
+
+    def help_of(*command: str) -> str:
+        return subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True, cwd=REPO).stdout
+
+    text = help_of("train/rl.py")
+    headings = [line for line in text.splitlines() if line.endswith(" keys:") or line.startswith("trainer keys")]
+    assert headings[:3] == ["policy keys:", "data keys:", "prompt keys:"] and headings[-1].startswith("trainer keys")
+    prepare = help_of("-m", "train.prepare_unit_tests")
+    assert "--rewards" in prepare and "--learning_rate" not in prepare and "trainer keys (" not in prepare

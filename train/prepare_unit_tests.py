@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 from rewards.unit_tests.reward import unit_tests_reward
@@ -21,6 +22,16 @@ from train.recipe.rl_config import parse_rl_config
 
 def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    args = sys.argv[1:] if argv is None else argv
+    if "-h" in args or "--help" in args:
+        # It reads the RL recipe whole, but never trains: its help leaves the trainer's keys out.
+        from train.recipe.parsing import parse_config
+        from train.recipe.rl_config import SECTIONS
+
+        description = __doc__.split("\n\n")[0] + " Reads the RL recipe; its trainer keys are accepted and ignored."
+        parse_config(
+            list(SECTIONS.values()), ["--help"], prog="python -m train.prepare_unit_tests", description=description
+        )
     cfg = parse_rl_config(argv, prog="python -m train.prepare_unit_tests", description=__doc__.split("\n\n")[0])
     checked = validate(cfg, check_layout=False)  # the RL run's layout is not this command's
     specs = [spec for spec in checked.rewards.rewards if spec.name == "unit_tests"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import netrc
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
@@ -48,6 +49,31 @@ def setup_reporting(cfg: RLConfig) -> None:
         os.environ["WANDB_MODE"] = "offline"
     os.environ.setdefault("WANDB_DIR", str(Path(cfg.training.output_dir).resolve()))
     os.environ.setdefault("WANDB_PROJECT", "vprl")
+    # One wandb run per run folder: a resumed run continues its curves instead of starting a new run.
+    os.environ.setdefault("WANDB_RUN_ID", wandb_run_id(Path(cfg.training.output_dir)))
+    os.environ.setdefault("WANDB_RESUME", "allow")
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """The run folder's wandb id, made by whichever process gets there first (O_EXCL), read by the
+    others and by every later resume."""
+    import secrets
+
+    path = run_dir / "wandb_run_id"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        for _ in range(50):  # the creator writes right after creating
+            text = path.read_text(encoding="utf-8").strip()
+            if text:
+                return text
+            time.sleep(0.1)
+        raise RuntimeError(f"{path} is empty: delete it and start again") from None
+    run_id = secrets.token_hex(4)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(run_id + "\n")
+    return run_id
 
 
 def wandb_credentials() -> bool:

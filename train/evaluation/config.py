@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from data.loaders import DATASETS
 from executor.api.spec import VARIANTS
@@ -28,6 +28,19 @@ SETTING_KEYS = ("self_tuning", "unit_tests", "vllm_kwargs")
 @dataclass
 class EvalConfig:
     """Evaluation settings (YAML keys or `--key value`)."""
+
+    # train.rl's names for the same settings, so one vocabulary works in both commands' files and flags
+    KEY_ALIASES: ClassVar[dict[str, str]] = {
+        "model_name_or_path": "policy",
+        "tool_stack": "tools",
+        "prompt_variant": "variant",
+        "prompt_layout": "layout",
+        "prompt_ice_file": "ice_file",
+        "prompt_max_ices": "max_ices",
+        "executor_slots": "slots",
+        "executor_timeout_s": "timeout_s",
+        "executor_sandbox": "sandbox",
+    }
 
     policy: str = field(default="", metadata={"help": "base model path (local dir or hub id)"})
     adapters: str = field(default="", metadata={"help": "list of adapter folders, each optionally label=path"})

@@ -98,6 +98,7 @@ def parse_config(
     from trl import TrlParser
 
     line = argv if isinstance(argv, CommandLine) else CommandLine.read(argv)
+    line = _with_aliases(line, dataclass_types)
     data = dict(line.data)
     env = data.pop("env", None) or {}
     if not isinstance(env, dict):
@@ -108,6 +109,9 @@ def parse_config(
         raise unknown_key_error(unknown, valid, str(line.path))
     for key, value in env.items():
         os.environ[str(key)] = str(value)
+    for cls in dataclass_types:
+        if not hasattr(cls, "_argument_group_name"):  # HfArgumentParser puts each class's keys under it
+            cls._argument_group_name = _group_name(cls)
     parser = TrlParser(tuple(dataclass_types), exit_on_error=False)
     parser.allow_abbrev = False  # `--learning_rat` must be an error, not silently `--learning_rate`
     parser.prog = prog or parser.prog
@@ -148,6 +152,40 @@ def _place(key: str, line: CommandLine) -> str:
     if typed or line.path is None:
         return "command line"
     return yaml_place(line.path, key)
+
+
+def _with_aliases(line: CommandLine, dataclass_types) -> CommandLine:
+    """A class's `KEY_ALIASES` (another command's name for the same setting -> its own) read as its
+    own keys, in the file and on the command line: `prompt_layout` means `layout` to the evaluation,
+    as it does to train.rl. Both names at once is an error."""
+    aliases: dict[str, str] = {}
+    for cls in dataclass_types:
+        aliases.update(getattr(cls, "KEY_ALIASES", {}))
+    if not aliases:
+        return line
+    data = dict(line.data)
+    for alias, key in aliases.items():
+        if alias in data:
+            if key in data:
+                raise ConfigError(f"{yaml_place(line.path, alias)}: {alias} and {key} name one setting; keep one")
+            data[key] = data.pop(alias)
+    overrides = []
+    for tok in line.overrides:
+        name, eq, value = tok[2:].partition("=") if tok.startswith("--") else ("", "", "")
+        overrides.append(f"--{aliases[name]}{eq}{value}" if name in aliases else tok)
+    return CommandLine(line.path, data, overrides)
+
+
+def _group_name(cls: type) -> str:
+    """The `--help` heading of a class's keys: `policy keys` for `PolicyArgs`; the trainer's
+    arguments (trl/transformers classes) say whose they are."""
+    library = next(
+        (base for base in cls.__mro__[1:] if base.__module__.split(".")[0] in ("trl", "transformers")), None
+    )
+    if library is not None:
+        return f"trainer keys ({library.__module__.split('.')[0]}'s {library.__name__}, with the recipe's defaults)"
+    name = cls.__name__.removesuffix("Args").removesuffix("Config")
+    return f"{name.lower() or cls.__name__} keys"
 
 
 def _value_error(exc: argparse.ArgumentError, line: CommandLine) -> ConfigError:
