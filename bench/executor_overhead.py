@@ -1,7 +1,11 @@
 """Executor benchmark: sandbox vs in-process, the tool cache on a GRPO-like workload, and batched
 vs one-at-a-time calls to a tiny neural tool. Prints figures; asserts nothing.
 
-    python bench/executor_overhead.py [--programs 1500] [--questions 40] [--slots 2]
+    python bench/executor_overhead.py [--programs 1500] [--questions 40] [--slots 2] [--modes full,restricted]
+
+`--modes` picks the sandboxes compared with in-process: "full" (namespaces) and "restricted" (none;
+docs/design-notes.md#the-sandbox-without-namespaces). Run as root, "restricted" has chroot and a uid per
+slot; run without capabilities (as a cluster user) it has Landlock instead and the uid of the run.
 
 Targets (2 slots, 2 cores, every isolation layer on): >= 3,000 trivial programs/min, median sandbox
 overhead <= 5 ms per program, >= half of the tool calls served from cache in the GRPO-like run.
@@ -93,7 +97,9 @@ def pct(values, q):
     return values[min(int(q * len(values)), len(values) - 1)]
 
 
-def bench_sandbox_vs_inprocess(scenes, examples, n_programs: int, slots: int, spawn: str = "clone") -> None:
+def bench_sandbox_vs_inprocess(
+    scenes, examples, n_programs: int, slots: int, spawn: str = "clone", modes: tuple[str, ...] = ("full",)
+) -> None:
     trivial = [
         (examples[i % len(examples)], f"def execute_command(image):\n    return {i}\n") for i in range(n_programs)
     ]
@@ -107,11 +113,14 @@ def bench_sandbox_vs_inprocess(scenes, examples, n_programs: int, slots: int, sp
         (examples[i % len(examples)], f"def execute_command(image):\n    return {-i}\n") for i in range(1, 201)
     ]
     figures = {}
-    for mode in ("full", "none"):
+    for mode in (*modes, "none"):
         host = ToolHost(OracleBackend(ImageStore(), scenes=scenes))
         config = RunnerConfig(slots=slots, timeout_s=5.0, sandbox=mode, spawn=spawn)
         with warnings.catch_warnings(), SyncRunner(host, config) as r:
             warnings.simplefilter("ignore")
+            if mode != "none":
+                assert r.runner.isolation == mode, f"asked for {mode}, got {r.runner.isolation}"
+            host.preload()  # as the commands do; else the first mode pays for loading the oracle
             r.run(trivial[:20])
             supervisor = r.runner.supervisor.pid if r.runner.supervisor else None
             stat0 = process_tree_stat(supervisor) if supervisor else (0.0, 0, 0)
@@ -139,44 +148,50 @@ def bench_sandbox_vs_inprocess(scenes, examples, n_programs: int, slots: int, sp
             "faults": faults,
         }
         host.close()
-    full, none = figures["full"], figures["none"]
-    overhead = {
-        "trivial, queued": [s.duration_s - n.duration_s for s, n in zip(full["out"], none["out"])],
-        # Tool-host waits (batching windows, the cache) are not sandbox overhead: both sides leave them out.
-        "tool-using, queued": [
-            (s.duration_s - s.rpc_wait_s) - (n.duration_s - n.rpc_wait_s)
-            for s, n in zip(full["tool_out"], none["tool_out"])
-        ],
-        "trivial, one at a time": [s.duration_s - n.duration_s for s, n in zip(full["alone"], none["alone"])],
-    }
+    none = figures["none"]
     load = os.getloadavg()[0]
-    print(f"\n== sandbox (all layers, {slots} slots, spawn {spawn}) vs in-process (no isolation, serial) ==")
+    print(f"\n== sandbox ({', '.join(modes)}; {slots} slots, spawn {spawn}) vs in-process (no isolation, serial) ==")
     print(f"(load average {load:.1f} on {os.cpu_count()} cores when the run started; wall-clock figures assume the")
     print(" machine is ours: other work on it lengthens them, the CPU figures below do not depend on it)")
-    print(f"{'':34}{'sandbox':>12}{'in-process':>12}")
-    print(f"{'trivial programs / min':34}{full['rate']:12,.0f}{none['rate']:12,.0f}")
-    print(f"{'tool-using programs / min':34}{full['normal_rate']:12,.0f}{none['normal_rate']:12,.0f}")
-    amortized = 1000 * (full["wall_per_program"] - none["wall_per_program"])
+    print(f"{'':34}" + "".join(f"{m:>12}" for m in modes) + f"{'in-process':>12}")
+    print(f"{'trivial programs / min':34}" + "".join(f"{figures[m]['rate']:12,.0f}" for m in (*modes, "none")))
     print(
-        f"sandbox overhead per trivial program, amortized (wall per program, sandbox - in-process): {amortized:.2f} ms"
+        f"{'tool-using programs / min':34}" + "".join(f"{figures[m]['normal_rate']:12,.0f}" for m in (*modes, "none"))
     )
-    for name, values in overhead.items():
-        print(
-            f"sandbox overhead per {name} program: median {1000 * statistics.median(values):.2f} ms, "
-            f"p99 {1000 * pct(values, 0.99):.2f} ms (start to result, minus the in-process run and tool waits)"
-        )
-    print(
-        f"CPU per trivial program (runner + supervisor + sandboxes): {1000 * full['cpu']:.2f} ms vs "
-        f"{1000 * none['cpu']:.2f} ms in-process; at that cost {slots} cores run "
-        f"{60 * min(slots, os.cpu_count() or 1) / full['cpu']:,.0f} programs / min"
-    )
-    print(
-        f"page faults per trivial program: supervisor {full['faults'][0]:.0f}, sandboxes {full['faults'][1]:.0f} "
-        "(pages a fork shares and a write copies: most of a sandbox's cost)"
-    )
+    for mode in modes:
+        report_overhead(mode, figures[mode], none, slots)
     print("(queued: all programs submitted at once, so each waits for the cores behind the other slot's program,")
     print(" the making of spares and the tearing down of finished sandboxes: with slots = cores it is about the")
     print(" CPU per program. One at a time: the sandbox's own latency. Amortized: its cost to a batch.)")
+
+
+def report_overhead(mode: str, sandbox: dict, none: dict, slots: int) -> None:
+    overhead = {
+        "trivial, queued": [s.duration_s - n.duration_s for s, n in zip(sandbox["out"], none["out"])],
+        # Tool-host waits (batching windows, the cache) are not sandbox overhead: both sides leave them out.
+        "tool-using, queued": [
+            (s.duration_s - s.rpc_wait_s) - (n.duration_s - n.rpc_wait_s)
+            for s, n in zip(sandbox["tool_out"], none["tool_out"])
+        ],
+        "trivial, one at a time": [s.duration_s - n.duration_s for s, n in zip(sandbox["alone"], none["alone"])],
+    }
+    amortized = 1000 * (sandbox["wall_per_program"] - none["wall_per_program"])
+    print(f"-- {mode} --")
+    print(f"overhead per trivial program, amortized (wall per program, sandbox - in-process): {amortized:.2f} ms")
+    for name, values in overhead.items():
+        print(
+            f"overhead per {name} program: median {1000 * statistics.median(values):.2f} ms, "
+            f"p99 {1000 * pct(values, 0.99):.2f} ms (start to result, minus the in-process run and tool waits)"
+        )
+    print(
+        f"CPU per trivial program (runner + supervisor + sandboxes): {1000 * sandbox['cpu']:.2f} ms vs "
+        f"{1000 * none['cpu']:.2f} ms in-process; at that cost {slots} cores run "
+        f"{60 * min(slots, os.cpu_count() or 1) / sandbox['cpu']:,.0f} programs / min"
+    )
+    print(
+        f"page faults per trivial program: supervisor {sandbox['faults'][0]:.0f}, sandboxes {sandbox['faults'][1]:.0f} "
+        "(pages a fork shares and a write copies: most of a sandbox's cost)"
+    )
 
 
 def bench_grpo_cache(scenes, examples, n_questions: int, slots: int) -> None:
@@ -272,11 +287,15 @@ def main() -> None:
     p.add_argument("--slots", type=int, default=2)
     p.add_argument("--spawn", choices=("clone", "fork"), default="clone", help="how sandboxes are started")
     p.add_argument("--only", choices=("sandbox", "cache", "batching"), default=None, help="run one part")
+    p.add_argument("--modes", default="full", help="sandboxes to compare with in-process: full, restricted or both")
     args = p.parse_args()
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not modes or any(m not in ("full", "restricted") for m in modes):
+        p.error(f"--modes: a comma-separated list of full and restricted, got {args.modes!r}")
     with tempfile.TemporaryDirectory() as tmp:
         scenes, examples = make_world(Path(tmp), max(args.questions, 20))
         if args.only in (None, "sandbox"):
-            bench_sandbox_vs_inprocess(scenes, examples, args.programs, args.slots, args.spawn)
+            bench_sandbox_vs_inprocess(scenes, examples, args.programs, args.slots, args.spawn, modes)
         if args.only in (None, "cache"):
             bench_grpo_cache(scenes, examples, args.questions, args.slots)
         if args.only in (None, "batching"):

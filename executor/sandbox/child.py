@@ -3,7 +3,8 @@
 
 With spawn "clone" (the default) the program is PID 1 of its own pid namespace, cloned straight
 into it; spawn "fork" adds an outer process and an init. The trees, and what being init changes
-for the program: docs/design-notes.md#sandbox-process-tree.
+for the program: docs/design-notes.md#sandbox-process-tree. The restricted mode (no namespaces,
+`start_restricted`) is one plain forked process: docs/design-notes.md#the-sandbox-without-namespaces.
 
 The supervisor kills the program (or, with "fork", `outer`, whose death kills `init` by
 PDEATHSIG), and the death of a namespace's init makes the kernel kill every process left in it.
@@ -23,11 +24,11 @@ import resource
 import signal
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executor.api import SourceImage, bind_client
 from executor.program import execute_program
-from executor.sandbox import framing, seccomp, syscalls
+from executor.sandbox import framing, landlock, restricted_filter, seccomp, syscalls
 from executor.sandbox.channel import (
     FROM_SUPERVISOR_FD,
     STDOUT_FD,
@@ -37,6 +38,9 @@ from executor.sandbox.channel import (
     restore_builtins,
 )
 from executor.tools.errors import ToolUnavailable
+
+if TYPE_CHECKING:
+    from executor.sandbox.restricted import Plan
 
 SANDBOX_UID_BASE = 60000
 # Each slot takes its uids in turn from a range of its own: RLIMIT_NPROC counts a uid's processes
@@ -171,6 +175,51 @@ def start_init(
     _run(task, limits)
 
 
+def start_restricted(
+    uid: int,
+    fds: tuple[int, int, int],
+    root: str,
+    limits: Limits,
+    plan: Plan,
+    supervisor_pid: int,
+    forget,
+) -> None:
+    """The restricted mode (no namespaces): runs in a plain fork of the supervisor, which is the
+    program process; never returns. Like `start_init`'s it is a spare that waits for its task, with
+    everything that does not depend on the task done first: the empty root (chroot as root, else
+    just the working directory), the shared filter, Landlock, and its own pid filter (loaded last,
+    once PDEATHSIG is re-armed, since the pid filter denies that prctl).
+    docs/design-notes.md#the-sandbox-without-namespaces."""
+    try:
+        signal.set_wakeup_fd(-1)  # the supervisor's wake-up descriptor may share a number with our channel
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        syscalls.set_pdeathsig(signal.SIGKILL)
+        if os.getppid() != supervisor_pid:  # the supervisor died before PDEATHSIG was armed
+            _exit(1)
+        _fixed_descriptors(*fds)
+        os.setsid()
+        if plan.chroot:
+            _enter_root(root)
+        else:
+            os.chdir(root)  # relative paths then name nothing
+        if not plan.setuid:
+            syscalls.drop_capabilities()  # root that cannot change uid may hold some (CAP_SYS_RESOURCE, ...)
+        forget()
+        _settle()
+        if plan.landlock_abi:
+            landlock.deny_everything(plan.landlock_abi)
+        own = seccomp.Program(restricted_filter.pid_filter(os.getpid(), plan.numbers))
+        _warm_up(limits)
+        task = framing.recv_blocking(FROM_SUPERVISOR_FD, MAX_TASK)
+        _set_limits(task["timeout"], limits, nproc=plan.setuid)
+        if plan.setuid:
+            _become(uid)
+        own.load()
+    except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
+        _exit(1)
+    _run(task, limits)
+
+
 def _fixed_descriptors(out_w: int, req_w: int, rep_r: int) -> None:
     # Move our ends above the fixed range first, so dup2 into 0..4 cannot clobber one of them.
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (out_w, req_w, rep_r)]
@@ -216,18 +265,29 @@ def _settle() -> None:
 
 
 def _limit_and_become(uid: int, timeout: float, limits: Limits) -> None:
+    _set_limits(timeout, limits)
+    _become(uid)
+
+
+def _set_limits(timeout: float, limits: Limits, nproc: bool = True) -> None:
     cpu = math.ceil(timeout) + 1  # a backstop only: the supervisor enforces the wall deadline
     settings = {
         resource.RLIMIT_AS: limits.memory_mb << 20,
-        resource.RLIMIT_NPROC: limits.nproc,
         resource.RLIMIT_NOFILE: limits.nofile,
         resource.RLIMIT_FSIZE: 0,  # also caps memfd/tmpfs writes, which RLIMIT_AS does not see
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_STACK: limits.stack_mb << 20,
     }
+    # RLIMIT_NPROC counts every task of the uid, system-wide: right for a slot's own uid, but with
+    # the supervisor's uid (the restricted mode when not root) it would count the trainer's threads.
+    if nproc:
+        settings[resource.RLIMIT_NPROC] = limits.nproc
     for which, value in settings.items():
         resource.setrlimit(which, (value, value))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+
+
+def _become(uid: int) -> None:
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)

@@ -45,6 +45,8 @@ class SupervisorConnection:
         self.pid: int = hello["pid"]
         self.root: str = hello["root"]
         self.spawn: str = hello.get("spawn", "fork")
+        self.isolation: str = hello.get("isolation", "full")  # "full" or "restricted" (restricted.py)
+        self.notice: str | None = hello.get("notice")  # the one line announcing the restricted mode
 
     @classmethod
     async def start(
@@ -54,6 +56,7 @@ class SupervisorConnection:
         require_layers: tuple[str, ...] = LAYERS,
         startup_timeout: float = 60.0,
         spawn: str = "clone",
+        sandbox: str = "full",
     ) -> SupervisorConnection:
         ours, theirs = socket.socketpair()
         try:
@@ -69,7 +72,13 @@ class SupervisorConnection:
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=1 << 20)
         writer.write(
             framing.encode(
-                {"slots": slots, "limits": limits.to_json(), "require_layers": list(require_layers), "spawn": spawn}
+                {
+                    "slots": slots,
+                    "limits": limits.to_json(),
+                    "require_layers": list(require_layers),
+                    "spawn": spawn,
+                    "sandbox": sandbox,
+                }
             )
         )
         await writer.drain()

@@ -17,7 +17,7 @@ from typing import Any
 
 from executor.limits import MAX_STDOUT
 from executor.sandbox.outcome import classify_exit
-from executor.sandbox.spawning import SPARE, Task
+from executor.sandbox.spawning import SPARE, WITH_SPARES, Task
 
 
 class Ending:
@@ -49,7 +49,7 @@ class Ending:
             if self.spares.get(task.slot) is task:
                 del self.spares[task.slot]
             return
-        if self.spawn == "clone":
+        if self.spawn in WITH_SPARES:
             # Its tree is SIGKILLed: the slot's next program may start in the slot's spare now; this
             # tree's network namespace comes back only when the tree is reaped.
             self.free_slots.append(task.slot)

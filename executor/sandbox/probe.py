@@ -6,6 +6,7 @@ than inferred from the kernel version or from being root.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -172,10 +173,13 @@ def _check_seccomp(uid: int) -> None:
     if pid == 0:  # pragma: no cover - runs in the grandchild
         os.close(read_fd)
         try:
+            # uid 0 without CAP_SETUID/CAP_SETGID (a container that drops every capability) cannot
+            # drop: it loads the filter as itself, as any unprivileged user does.
             if os.geteuid() == 0:
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
+                with contextlib.suppress(PermissionError):
+                    os.setgroups([])
+                    os.setgid(uid)
+                    os.setuid(uid)
             syscalls.set_no_new_privs()
             program.load()
             libc = ctypes.CDLL(None, use_errno=True)
@@ -221,5 +225,7 @@ def explain_missing(report: dict[str, str], required: tuple[str, ...] = LAYERS) 
     return (
         "the sandbox cannot start because isolation layers are missing:\n"
         + "\n".join(lines)
-        + "\n(`--sandbox none` runs programs in-process WITHOUT isolation, for debugging only)"
+        + "\n(`sandbox: restricted`, or `auto`, runs programs without namespaces and says what that gives up: "
+        "docs/design-notes.md#the-sandbox-without-namespaces; `--sandbox none` runs programs in-process WITHOUT "
+        "isolation, for debugging only)"
     )

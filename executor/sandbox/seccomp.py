@@ -7,7 +7,8 @@ after NO_NEW_PRIVS and the uid drop, which costs microseconds instead of the mil
 building the filter takes. The filter is inherited by everything the program forks and can never
 be removed.
 
-Everything is allowed except `DENYLIST`: a denied call fails with EPERM (clone3 with ENOSYS, so
+The restricted mode (no namespaces) loads a stricter list instead, and a per-program filter on top
+(restricted_filter.py). Everything is allowed except `DENYLIST`: a denied call fails with EPERM (clone3 with ENOSYS, so
 glibc falls back to clone, whose flags the filter can see). A syscall of another ABI than the
 native one (i386 `int 0x80`, x32) kills the process: the table only names native numbers.
 Importing this module loads nothing; libseccomp is opened on first use (the supervisor and the

@@ -2,8 +2,10 @@
 
 Spawn "fork" makes a sandbox for a task when a slot is free. Spawn "clone" keeps a *spare* per
 slot, made ahead of time while the supervisor has nothing else to do, and hands the next task to
-it (`_hand_over`); see supervisor.py. `Spawning` is a part of `Supervisor`, split out to keep
-each file to one job; it uses the supervisor's slots, selector and task tables.
+it (`_hand_over`); see supervisor.py. The restricted mode (no namespaces) keeps spares too, made
+with a plain fork (spawn "plain", never asked for: the mode implies it). `Spawning` is a part of
+`Supervisor`, split out to keep each file to one job; it uses the supervisor's slots, selector
+and task tables.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from executor.sandbox import framing, syscalls
-from executor.sandbox.child import sandbox_uid, start_init, start_sandbox
+from executor.sandbox.child import sandbox_uid, start_init, start_restricted, start_sandbox
 
 SPAWN_MODES = ("clone", "fork")  # see child.py for the two process trees
+WITH_SPARES = ("clone", "plain")  # "plain": the restricted mode's, a fork without namespaces
 # New namespaces of every sandbox; with spawn "clone" the network one comes from a pool (netns.py).
 CLONE_FLAGS = syscalls.CLONE_NEWPID | syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWUTS
 SPARE = -1  # the id of a sandbox made ahead of its task
@@ -49,7 +52,7 @@ class Task:
 
 class Spawning:
     def _start_queued(self) -> None:
-        if self.spawn == "clone":
+        if self.spawn in WITH_SPARES:
             self._start_queued_clone()
             return
         while self.queue and self.free_slots and not self.closing:
@@ -67,7 +70,7 @@ class Spawning:
             slot = with_spare[0] if with_spare else self.free_slots[0]
             sandbox = self.spares.pop(slot, None)
             if sandbox is None:
-                if not self.free_netns:
+                if self.networks is not None and not self.free_netns:
                     break  # every namespace is held by a tree that is still dying: wait for its reap
                 try:
                     sandbox = self._spawn(slot)
@@ -79,7 +82,9 @@ class Spawning:
 
     def _spare_wanted(self) -> int | None:
         """The slot that should get a spare now, if any."""
-        if self.spawn != "clone" or self.closing or self.spare_failures >= MAX_SPARE_FAILURES or not self.free_netns:
+        if self.spawn not in WITH_SPARES or self.closing or self.spare_failures >= MAX_SPARE_FAILURES:
+            return None
+        if self.networks is not None and not self.free_netns:
             return None
         return next((slot for slot in range(self.n_slots) if slot not in self.spares), None)
 
@@ -97,19 +102,23 @@ class Spawning:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         child_fds = (out_w, req_w, rep_r)
-        netns = self.free_netns[-1]
+        netns = self.free_netns[-1] if self.networks is not None else -1
         uid = self._next_uid(slot)
         try:
-            pid = syscalls.fork_into_namespaces(CLONE_FLAGS)
+            pid = os.fork() if self.plan is not None else syscalls.fork_into_namespaces(CLONE_FLAGS)
         except OSError:
             for fd in (out_r, req_r, rep_w, *child_fds):
                 os.close(fd)
             raise
         if pid == 0:  # pragma: no cover - the child never returns
-            enter = lambda: self.networks.enter(netns)  # noqa: E731
-            start_init(uid, child_fds, self.root, self.limits, enter, self._forget)
+            if self.plan is not None:
+                start_restricted(uid, child_fds, self.root, self.limits, self.plan, self.pid, self._forget)
+            else:
+                enter = lambda: self.networks.enter(netns)  # noqa: E731
+                start_init(uid, child_fds, self.root, self.limits, enter, self._forget)
             os._exit(1)
-        self.free_netns.pop()
+        if netns >= 0:
+            self.free_netns.pop()
         spare.netns = netns
         self._adopt(spare, pid, child_fds, out_r, req_r, rep_w)
         return spare

@@ -18,6 +18,10 @@ the next sandbox overlaps the current program instead of following it. A spare i
 process tree per program (never reused). Slots free up when their task ends; the namespaces of a
 finished tree are released when it is reaped (netns.py says why network namespaces are pooled
 and when one may be reused).
+
+Which sandbox it makes (the config's `sandbox`): "full" (the namespaces above), "restricted" (no
+namespaces: restricted.py), or "auto", full where the probe finds every required layer and
+restricted where only namespaces (and what needs root) are missing.
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ from typing import Any  # noqa: E402
 
 from executor.limits import MAX_ERROR, MAX_NAME, MAX_SANDBOX_ERROR  # noqa: E402
 from executor.program import BadReturn, to_plain  # noqa: E402
-from executor.sandbox import framing, seccomp, syscalls  # noqa: E402
+from executor.sandbox import framing, restricted, restricted_filter, seccomp, syscalls  # noqa: E402
 from executor.sandbox.child import UIDS_PER_SLOT, Limits  # noqa: E402
 from executor.sandbox.ending import Ending  # noqa: E402
 from executor.sandbox.netns import SlotNetworks  # noqa: E402
 from executor.sandbox.outcome import clean, clean_text  # noqa: E402
-from executor.sandbox.probe import LAYERS, explain_missing, missing_layers, probe_layers  # noqa: E402
+from executor.sandbox.probe import LAYERS, probe_layers  # noqa: E402
 from executor.sandbox.spawning import SPARE, SPAWN_MODES, Spawning, Task, check_clone  # noqa: E402
 
 # What programs may import: inside the empty chroot only modules already loaded can be imported.
@@ -68,15 +72,18 @@ MAX_SANDBOX_UIDS = 999  # sandbox uids are 60000 + [0, 999); the layer probe run
 
 
 class Supervisor(Spawning, Ending):
-    def __init__(self, host_fd: int, slots: int, limits: Limits, spawn: str = "clone") -> None:
+    def __init__(
+        self, host_fd: int, slots: int, limits: Limits, spawn: str = "clone", plan: restricted.Plan | None = None
+    ) -> None:
         if spawn not in SPAWN_MODES:
             raise ValueError(f"spawn must be one of {SPAWN_MODES}, got {spawn!r}")
         self.host_fd = host_fd
         self.limits = limits
-        self.spawn = spawn
+        self.plan = plan  # set: the restricted mode, whose sandboxes are plain forks
+        self.spawn = "plain" if plan is not None else spawn
         self.networks = None
         self.free_netns: list[int] = []
-        if spawn == "clone":
+        if self.spawn == "clone":
             check_clone()
             # Three per slot: the slot's running tree, its spare, and a finished tree still being torn
             # down (its namespace comes back when it is reaped; with only two, the next spare waits
@@ -311,23 +318,39 @@ def main(argv: list[str]) -> int:
     config = framing.recv_blocking(host_fd, 1 << 20)
     limits = Limits.from_json(config["limits"])
     required = tuple(config.get("require_layers", LAYERS))
-    layers = probe_layers()
-    if missing_layers(layers, required):
-        framing.send_blocking(host_fd, {"op": "fatal", "message": explain_missing(layers, required)})
+    asked = str(config.get("sandbox", "full"))
+    layers = {**probe_layers(), **restricted.probe_layers()}
+    isolation, fatal = restricted.choose(asked, layers, required)
+    if fatal is not None:
+        framing.send_blocking(host_fd, {"op": "fatal", "message": fatal})
         return 2
-    seccomp.arm(seccomp.build_bpf() if layers["seccomp"] == "ok" else None)  # loaded by every sandbox program
     slots, spawn = int(config["slots"]), str(config.get("spawn", "clone"))
+    plan, notice = None, None
+    if isolation == "restricted":
+        plan = restricted.plan(layers)
+        notice = restricted.notice(asked, layers, plan)
+        seccomp.arm(restricted_filter.build_rules_bpf())
+    else:
+        seccomp.arm(seccomp.build_bpf() if layers["seccomp"] == "ok" else None)  # loaded by every sandbox program
     try:
-        supervisor = Supervisor(host_fd, slots, limits, spawn)
+        supervisor = Supervisor(host_fd, slots, limits, spawn, plan)
     except OSError as exc:
-        if spawn != "clone":
+        if spawn != "clone" or plan is not None:
             raise
         print(f"supervisor: spawn 'clone' is not available ({exc}); falling back to 'fork'", file=sys.stderr)
         supervisor = Supervisor(host_fd, slots, limits, "fork")
     # Objects loaded so far are shared with every sandbox; frozen, the collector never walks (and so
     # never copies on write) their pages in a child.
     gc.freeze()
-    hello = {"op": "hello", "pid": os.getpid(), "layers": layers, "root": supervisor.root, "spawn": supervisor.spawn}
+    hello = {
+        "op": "hello",
+        "pid": os.getpid(),
+        "layers": layers,
+        "root": supervisor.root,
+        "spawn": supervisor.spawn,
+        "isolation": isolation,
+        "notice": notice,
+    }
     framing.send_blocking(host_fd, hello)
     try:
         supervisor.serve()

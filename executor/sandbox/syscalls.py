@@ -1,9 +1,10 @@
-"""The few Linux calls Python 3.11's `os` lacks (unshare, setns, prctl, clone with flags), through libc."""
+"""The few Linux calls Python 3.11's `os` lacks (unshare, setns, prctl, clone with flags, capset), through libc."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import struct
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -118,3 +119,13 @@ def set_no_new_privs() -> None:
 
 def set_child_subreaper() -> None:
     prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_capabilities() -> None:
+    """Empty this thread's effective, permitted and inheritable capability sets (for good: without
+    exec nothing gives them back). A uid 0 that cannot change uid may still hold some."""
+    header = struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0)
+    _check(_libc.capset(header, bytes(24)), "capset")
