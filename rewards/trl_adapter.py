@@ -6,9 +6,14 @@ sums `reward_weights[i] * reward_i`. `TrlRewardAdapter.reward_funcs` gives:
 - `total` (weight 1): the composer's total: the weighted components for a program that ran, the
   status penalty for one that failed, None for `infra_error`. Every function returns None there,
   so trl counts the completion as unscorable: out of the group baseline, advantage 0.
-- one function per component (weight 0): the component's value (None where it had nothing to
-  say), so trl logs `rewards/<name>/mean` and shows it in the completions table without it
-  entering the advantage twice.
+- one function per component (weight 0): the component's value, so trl logs `rewards/<name>/mean`
+  and shows it in the completions table without it entering the advantage twice. A program that
+  failed to run scores 0 there (it answered nothing, so no component credits it; the composer
+  leaves it None, since the total is the status penalty). trl's mean skips None: with None,
+  `rewards/correctness/mean` averaged only the programs that ran, an accuracy above the policy's
+  (80 % where half the programs crash is 40 % of the questions); with 0 it is the share of every
+  scored program's answers that were right. None stays for `infra_error` (nobody scored it) and
+  where a component had nothing to say about a program that ran.
 
 All of them are async (trl gathers async reward functions on its own event loop): the first to
 start runs the batch through the scorer (sandboxed execution on the executor's loop, composition
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from data.records import Example
-from executor.results import STATUSES, ExecutionResult
+from executor.results import PROGRAM_FAILURES, STATUSES, ExecutionResult
 from rewards.compose import RewardBatch
 from rewards.diagnostics import diagnostics
 
@@ -139,7 +144,7 @@ class TrlRewardAdapter:
     def reward_funcs(self) -> list[Callable[..., Any]]:
         funcs = [self._make(TOTAL, lambda s, i: s.rewards.totals[i])]
         for name in self.components:
-            funcs.append(self._make(name, lambda s, i, name=name: s.rewards.components[name][i]))
+            funcs.append(self._make(name, lambda s, i, name=name: _component(s, name, i)))
         return funcs
 
     @property
@@ -211,7 +216,7 @@ class TrlRewardAdapter:
             batch = _Batch(asyncio.ensure_future(self._execute(prompt_texts, texts, ids)), now, prefetched=False)
             self._batches[key] = batch
         if batch.report is None:  # the first reward function of this batch
-            batch.consumers_left = 1 + len(self.components)
+            batch.consumers_left = len(self.reward_weights)  # one per reward function, whatever the set
             batch.report = asyncio.ensure_future(self._report(batch, now, prompt_texts, texts, kwargs))
         batch.consumers_left -= 1
         if batch.consumers_left == 0:
@@ -257,6 +262,12 @@ class TrlRewardAdapter:
         if "cache_hit_rate" in tools:
             out["tools/cache_hit_rate"] = float(tools["cache_hit_rate"])
         return out
+
+
+def _component(scored: Scored, name: str, i: int) -> float | None:
+    """A component's value as logged: 0 for a program that failed to run (module docstring)."""
+    value = scored.rewards.components[name][i]
+    return 0.0 if value is None and scored.results[i].status in PROGRAM_FAILURES else value
 
 
 def _text(value: Any) -> str:

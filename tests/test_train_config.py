@@ -66,7 +66,7 @@ def test_quickstart_prints_the_newcomers_gains_next_to_the_documented_ones():
     expected = expected_gains("configs/quickstart.yaml")
     assert expected["unseen"]["mean"] > 0 and expected_gains("configs/other.yaml") is None
     before = {"shapes:val-unseen": 0.312, "shapes:val-seen": 0.406, "shapes:heldout": 0.209}
-    # another machine's seed 0 (issue #29): its held-out families went up, within the seeds' spread
+    # another machine's seed 0: its held-out families went up, within the spread over seeds
     text = comparison(
         report(before, {"shapes:val-unseen": 0.656, "shapes:val-seen": 0.719, "shapes:heldout": 0.238}), expected
     )

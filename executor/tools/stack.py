@@ -1,4 +1,5 @@
-"""Tool stacks: a YAML file (`configs/tools/*.yaml`) naming a backend and its settings."""
+"""Tool stacks: a YAML file (`configs/tools/*.yaml`) naming a backend and its settings, given by its
+path or by its name (`"shapes"` is `configs/tools/shapes.yaml`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,17 @@ BACKENDS: dict[str, str] = {
 PATH_SETTINGS = frozenset({"scene_graphs"})
 
 
+# Where a stack given by name is looked up, in order: stacks shipped inside the package (where the
+# YAMLs must live for a non-editable install to carry them; `configs/` is no package) and the
+# checkout's `configs/tools/`, found upwards from this file so that moving the packages under one
+# namespace does not change it.
+PACKAGED_STACKS = Path(__file__).resolve().parent / "stacks"
+CHECKOUT_STACKS = next(
+    (p / "configs" / "tools" for p in Path(__file__).resolve().parents if (p / "configs" / "tools").is_dir()), None
+)
+STACK_DIRS: tuple[Path, ...] = tuple(d for d in (PACKAGED_STACKS, CHECKOUT_STACKS) if d is not None)
+
+
 def _resolve(value: Any, base: Path) -> Any:
     if isinstance(value, list):
         return [_resolve(v, base) for v in value]
@@ -39,11 +51,33 @@ def backend_class(name: str) -> type[ToolBackend]:
     return getattr(importlib.import_module(module), attr)
 
 
+def stack_names() -> list[str]:
+    """The stacks that can be named without a path."""
+    return sorted({p.stem for d in STACK_DIRS if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def stack_path(ref: str | Path) -> Path:
+    """The YAML file of a stack: `ref` itself when it exists, else the named stack of that name (a
+    bare name such as `"viunit"`, no folder and no suffix). Fails naming what was looked for."""
+    path = Path(ref)
+    if path.exists():
+        return path
+    if len(path.parts) == 1 and not path.suffix:
+        for folder in STACK_DIRS:
+            if (folder / f"{path.name}.yaml").is_file():
+                return folder / f"{path.name}.yaml"
+        raise FileNotFoundError(
+            f"tool stack {str(ref)!r}: no file of that name and no named stack; named stacks: {stack_names()}"
+        )
+    raise FileNotFoundError(
+        f"tool stack {path} does not exist (stacks live in configs/tools/*.yaml; named: {stack_names()})"
+    )
+
+
 def read_tool_stack(path: str | Path) -> dict[str, Any]:
-    """Read and check a tool-stack YAML; relative paths inside it are resolved against the file."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"tool stack {path} does not exist (stacks live in configs/tools/*.yaml)")
+    """Read and check a tool-stack YAML, by path or by name (`stack_path`); relative paths inside it
+    are resolved against the file."""
+    path = stack_path(path)
     with open(path, encoding="utf-8") as fh:
         config = yaml.safe_load(fh) or {}
     if not isinstance(config, dict) or "backend" not in config:
