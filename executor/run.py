@@ -45,7 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--slots", type=int, default=None, value_range=AT_LEAST_ONE, help="programs at once (default: number of cores)"
     )
-    p.add_argument("--sandbox", choices=SANDBOX_MODES, default="full", help="'none' = no isolation, debug only")
+    p.add_argument(
+        "--sandbox",
+        choices=SANDBOX_MODES,
+        default="auto",
+        help="auto: full where namespaces work, else restricted (announced); 'none' = no isolation, debug only",
+    )
     p.add_argument("--max-rpcs", type=int, default=200, help="tool calls allowed per program")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a tool-stack setting")
     p.add_argument(
