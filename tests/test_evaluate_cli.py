@@ -20,6 +20,7 @@ from evaluate_helpers import ScriptedPolicy, all_gold, build_tiny_llama, build_w
 from PIL import Image
 
 from train.evaluation.pipeline import EvalConfig, evaluate, main
+from train.evaluation.plan import load_examples
 from train.evaluation.report import markdown, results_from_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def test_pipeline_reports_json_markdown_and_plots(tmp_path, world, tiny):
     report = evaluate(cfg, make_generator=lambda p: ScriptedPolicy(gold, wrong_share=0.2 if p.adapter else 0.7))
     results, paths = report["results"], report["paths"]
     assert list(results) == ["before_rl", "after_rl"]
-    assert list(results["after_rl"]) == ["single", "single+fallback", "majority-n3", "majority-n3+fallback"]
+    assert list(results["after_rl"]) == ["single", "single+fallback", "majority of 3", "majority of 3+fallback"]
     datasets = ["shapes:val", "shapes:heldout", "shapes:winoground", "shapes:sugarcrepe", "shapes:refcoco"]
     assert list(results["after_rl"]["single"]) == datasets
     assert set(results["after_rl"]["single"]["shapes:val"]) == {0, 1}
@@ -135,11 +136,12 @@ def test_pipeline_reports_json_markdown_and_plots(tmp_path, world, tiny):
     data = json.loads(paths["json"].read_text())
     assert results_from_json(data) == results
     assert data["headline"]["shapes:winoground"] == "group" and data["examples"]["shapes:val"] == 6
-    cell = data["matrix"]["after_rl"]["majority-n3"]["shapes:heldout"]
+    cell = data["matrix"]["after_rl"]["majority of 3"]["shapes:heldout"]
     assert cell["seeds"] == 2 and 0 <= cell["mean"] <= 1
 
     md = paths["markdown"].read_text()
-    assert md == markdown(results)
+    assert md == markdown(results, report["modes"]) == markdown(results, data["modes"])
+    assert "- **majority of 3+fallback**: the same programs (majority of 3), with the end-to-end tool's" in md
     assert "| policy | shapes:val (accuracy) | shapes:heldout (accuracy) | shapes:winoground (group)" in md
     assert "shapes:sugarcrepe: the cell is category_mean, ours" in md  # not the official script's number
     assert "## single+fallback" in md and "| before_rl | " in md and " ± " in md
@@ -148,6 +150,24 @@ def test_pipeline_reports_json_markdown_and_plots(tmp_path, world, tiny):
     n_examples = sum(data["examples"].values())
     assert len(rows) == 2 * 2 * 2 * n_examples  # policies × modes × seeds × examples
     assert {"policy", "mode", "dataset", "seed", "example_id", "program", "status"} <= set(rows[0])
+    # each row says what was asked, what was right, and whether the answer was (with and without the fallback)
+    examples = {e.id: e for name in data["examples"] for e in load_examples(cfg, name)}
+    for row in rows:
+        example = examples[row["example_id"]]
+        assert row["query"] == example.query
+        assert row["gold"] == (list(example.box) if example.task == "grounding" else list(example.answers))
+        assert row["correct"] == (row["score"] >= 0.5) and row["correct_with_fallback"] == (
+            row["score_with_fallback"] >= 0.5
+        )
+        if row["status"] != "ok":
+            assert row["score"] == 0.0 and row["correct"] is False
+    val = [r for r in rows if r["dataset"] == "shapes:val" and r["mode"] == "single" and r["seed"] == 0]
+    assert {p: sum(r["correct"] for r in val if r["policy"] == p) for p in ("before_rl", "after_rl")} == {
+        p: round(6 * results[p]["single"]["shapes:val"][0].variants["normalised_match"])
+        for p in ("before_rl", "after_rl")
+    }
+    assert (tmp_path / "out" / "evaluation.csv").is_file() and (tmp_path / "out" / "per_type.csv").is_file()
+    assert "\\caption{Mode majority of 3+fallback:" in (tmp_path / "out" / "evaluation.tex").read_text()
 
     pngs = sorted(p.name for p in (tmp_path / "out" / "plots").glob("*.png"))
     assert pngs == sorted(

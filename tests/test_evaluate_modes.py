@@ -222,7 +222,29 @@ def test_fallback_when_unsure_answers_low_scoring_programs_by_the_fallback(world
     )
     with pytest.raises(ValueError, match="fallback_below needs fallback on"):
         ModeConfig("single", fallback_below=0.5)
-    assert ModeConfig("single", fallback=True, fallback_below=0.5).label == "single-unsure0.5"
+
+
+def test_mode_labels_read_as_words_and_the_glossary_says_what_each_row_did():
+    """The program-alone row of a run with `fallback_below` is the same as without it, so it is
+    named the same; the threshold is said where it acts, in the "+fallback" row's description."""
+    below = ModeConfig("single", fallback=True, fallback_below=0.5)
+    assert below.label == ModeConfig("single").label == "single"
+    assert "scored below 0.5 on its visual unit tests" in below.fallback_description
+    assert "unit tests" not in ModeConfig("single", fallback=True).fallback_description
+    labels = {
+        ModeConfig("majority", n_programs=3): "majority of 3",
+        ModeConfig("unit_test_select", refuse_below=0.5): "best of 8 by unit tests, refusing below 0.5",
+        ModeConfig("self_debug", feedback="scratch", iterations=1): "self-debugging from scratch, 1 round",
+        ModeConfig("reprompt_tests"): "re-prompted on unit tests, 2 rounds",
+        ModeConfig("self_tuning"): "self-tuning",
+    }
+    for mode, label in labels.items():
+        assert mode.label == label
+        assert mode.description.endswith("the programs alone, no fallback")
+    assert (
+        "refused (counts as wrong) when even the best scores below 0.5"
+        in ModeConfig("unit_test_select", refuse_below=0.5).description
+    )
 
 
 def test_itm_fallback_compares_the_pair_s_two_captions(tasks, runners):

@@ -67,9 +67,13 @@ def test_winoground_duplicate_id_is_an_error(tmp_path):
 
 
 def test_winoground_missing_file_and_split(tmp_path):
-    with pytest.raises(DatasetFileNotFound, match="expected Winoground's examples.jsonl") as err:
+    with pytest.raises(
+        DatasetFileNotFound, match=r"expected Winoground .*data/test-\*\.parquet .*examples\.jsonl"
+    ) as err:
         load_winoground_root(tmp_path)
-    assert str(tmp_path / "data" / "examples.jsonl") in str(err.value)  # lists both places it looked
+    # lists every place it looked, for both releases
+    assert str(tmp_path / "data" / "examples.jsonl") in str(err.value)
+    assert str(tmp_path / "data" / "test-*.parquet") in str(err.value)
     with pytest.raises(ValueError, match="only the 'test' split"):
         load_winoground_root(FIX / "winoground", "train")
 

@@ -120,3 +120,19 @@ def test_instances_top_level_errors_are_not_skippable(tmp_path):
     ip.write_text(json.dumps(inst))
     with pytest.raises(DatasetFormatError, match=r"instances\.json: the top-level object is missing 'categories'"):
         load_refcoco(REFS_JSON, ip, tmp_path, skip_bad_rows=True)
+
+
+def test_images_in_the_refer_layout_are_found(tmp_path):
+    """refer.py reads the COCO sets' images from images/mscoco/images/train2014: a root laid out that
+    way loads with its images found, and ours (images/train2014) wins where both exist."""
+    root = tmp_path / "refer"
+    shutil.copytree(FIX, root)
+    refer_images = root / "images" / "mscoco" / "images" / "train2014"
+    refer_images.mkdir(parents=True)
+    for e in load_dataset("refcoco", root, split="all", images_dir=refer_images):
+        Path(e.image).write_bytes(b"jpeg")
+    exs = load_dataset("refcoco", root, split="all", check_images=True)
+    assert exs[0].image == str(refer_images / "COCO_train2014_000000581857.jpg")
+    ours = root / "images" / "train2014"
+    ours.mkdir()
+    assert Path(load_dataset("refcoco", root, split="all")[0].image).parent == ours

@@ -26,8 +26,9 @@ The plan (seconds of GPU time planned on one H100 or H200; 475 of the 480 defaul
     vipergpt         40  ViperGPT's own models (CLIP-L/224, DPT-Large) batched against one at a time
     grpo_trl         90  GRPO steps through trl's trainer, where trl imports (the GPU machine has none)
 
-Where the sandbox's probe finds layers missing (no user namespaces), execution runs with the
-executor's own fallback, `sandbox: none` (in-process, no isolation), and the results say so.
+Where the sandbox's probe finds no user namespaces, execution runs in the restricted sandbox, as a
+training run would (`sandbox: auto`); where even that cannot start, in-process without isolation
+(`sandbox: none`), and the results say so.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--budget_s", type=float, default=BUDGET_S, help=f"seconds for all parts (default {BUDGET_S:.0f})")
     ap.add_argument("--steps", type=int, default=2, help="steps of the step and grpo_trl parts (the first warms up)")
     ap.add_argument("--calls", type=int, default=16, help="tool calls per tool_speed measurement")
-    ap.add_argument("--sandbox", choices=("auto", "full", "none"), default="auto", help="auto: full where the probe finds every layer, else none")  # fmt: skip
+    ap.add_argument("--sandbox", choices=("auto", "full", "restricted", "none"), default="auto", help="auto: full where the probe finds every layer, restricted without namespaces, else none")  # fmt: skip
     ap.add_argument("--without", default="", help=f"packages to treat as absent, as on the GPU machine ({GPU_MACHINE_LACKS})")  # fmt: skip
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (preflight always runs)")
     ap.add_argument("--fail_part", default=None, choices=PARTS, help="raise inside this part (tests the guard)")

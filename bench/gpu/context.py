@@ -30,7 +30,7 @@ class Context:
     root: Path  # scratch: the shapes world, the policy's config and tokenizer
     calls: int
     steps: int
-    sandbox: str  # "auto", "full" or "none"
+    sandbox: str  # "auto", "full", "restricted" or "none"
     recipe: dict[str, Any] = field(default_factory=lambda: yaml.safe_load(RECIPE.read_text(encoding="utf-8")))
     built: dict[str, Any] = field(default_factory=dict)  # what earlier parts made, by name
     measured: dict[str, float] = field(default_factory=dict)  # GiB, for the layout comparison

@@ -47,18 +47,26 @@ def imports() -> dict[str, str]:
 
 
 def sandbox(asked: str) -> dict[str, Any]:
-    """The probe's report and the execution mode: `full` where every layer works, else the executor's
-    own fallback (`sandbox: none`, programs in-process without isolation), said so in the results."""
+    """The probe's report and the execution mode the executor's own choice gives (`choose`): `full`
+    where every layer works, `restricted` where only namespaces are missing; where neither can start,
+    `none` (programs in-process without isolation), said so in the results."""
+    from executor.runner_config import RunnerConfig
     from executor.sandbox.probe import missing_layers, probe_layers
+    from executor.sandbox.restricted import choose
 
     layers = probe_layers()
     missing = missing_layers(layers)
-    mode = asked if asked != "auto" else ("none" if missing else "full")
-    note = ""
-    if mode == "none":
-        note = "programs run in-process WITHOUT isolation (`sandbox: none`)" + (
-            f" because the probe found {', '.join(missing)} missing" if missing else " as asked"
-        )
+    if asked == "none":
+        return {
+            "layers": layers,
+            "missing": missing,
+            "sandbox": "none",
+            "note": "programs run WITHOUT isolation as asked",
+        }
+    mode, why = choose(asked, layers, RunnerConfig().require_layers)
+    note = "" if mode != "restricted" else "the restricted sandbox (no namespaces; docs/design-notes.md)"
+    if not mode:
+        mode, note = "none", f"programs run in-process WITHOUT isolation (`sandbox: none`): {why}"
     return {"layers": layers, "missing": missing, "sandbox": mode, "note": note}
 
 

@@ -9,6 +9,9 @@ Per dataset folder (`refcoco/`, `refcoco+/`, `refcocog/`):
 * `instances.json`: COCO format; `images` (id, width, height, file_name), `annotations`
   (id, image_id, bbox `[x, y, w, h]` with a TOP-LEFT origin, category_id), `categories`.
 
+COCO's train2014 images sit in `images/train2014` under the root, or where refer's own code looks
+(`images/mscoco/images/train2014`, its README's "add mscoco into images/" with COCO's zip inside).
+
 One `grounding` Example per sentence. `box` is the referred annotation's box converted to the API
 convention `(left, lower, right, upper)` with the origin at the bottom-left, using the image height.
 `group` is the COCO category name.
@@ -37,6 +40,8 @@ from data.records import Example
 LAYOUT = {"refcoco": ("refcoco", "unc"), "refcoco+": ("refcoco+", "unc"), "refcocog": ("refcocog", "umd")}
 SPLITS = {"unc": ("train", "val", "testA", "testB"), "umd": ("train", "val", "test"), "google": ("train", "val")}
 INSTANCES_EXPECTED = "the COCO-format instances.json that ships beside the refs file"
+# The images folder under the root, first found wins: ours, then refer.py's IMAGE_DIR for the COCO sets.
+IMAGE_DIRS = (Path("images") / "train2014", Path("images") / "mscoco" / "images" / "train2014")
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -200,7 +205,8 @@ def load_refcoco_root(
     check_images: bool = False,
 ) -> list[Example]:
     """The `refer` layout: `<root>/<dataset>/refs(<split_by>).p` (or `.json`) and
-    `<root>/<dataset>/instances.json`, COCO train2014 images in `<root>/images/train2014`.
+    `<root>/<dataset>/instances.json`, COCO train2014 images in `<root>/images/train2014` or
+    `<root>/images/mscoco/images/train2014` (`images_folder`).
     `split="all"` loads every split; valid splits depend on `split_by` (unc: train/val/testA/testB,
     umd: train/val/test, google: train/val)."""
     folder, default_by = LAYOUT[dataset]
@@ -220,9 +226,16 @@ def load_refcoco_root(
     return load_refcoco(
         refs_path,
         Path(instances_file) if instances_file else base / "instances.json",
-        Path(images_dir) if images_dir else Path(root) / "images" / "train2014",
+        Path(images_dir) if images_dir else images_folder(root),
         dataset=dataset,
         splits=None if split == "all" else [split],
         skip_bad_rows=skip_bad_rows,
         check_images=check_images,
     )
+
+
+def images_folder(root: str | Path) -> Path:
+    """The first of `IMAGE_DIRS` under `root` that is a folder. With neither there, the first: images
+    are not looked at while loading (`_common`), and a missing one is reported with this path."""
+    found = [Path(root) / rel for rel in IMAGE_DIRS if (Path(root) / rel).is_dir()]
+    return found[0] if found else Path(root) / IMAGE_DIRS[0]

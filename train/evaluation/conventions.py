@@ -48,7 +48,7 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     "winoground": {
         "text": "official (Winoground): for each image, the matching caption scores strictly higher",
         "image": "official (Winoground): for each caption, the matching image scores strictly higher",
-        "group": "official (Winoground): text and image both",
+        "group": "official (Winoground): text and image both (all three equal for yes/no answers: see the note)",
         "item_accuracy": "ViUniT's per-pairing yes/no accuracy over the four pairings of each example",
     },
     "grounding": {
@@ -70,6 +70,41 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     "other": {
         "accuracy": "vprl: exact match after VQA normalisation (no official metric for this dataset)",
     },
+}
+
+
+# family -> what a reader of its numbers must know beyond each name's line.
+NOTES: dict[str, str] = {
+    "winoground": "text, image and group are the same number in every cell, by definition: a program's "
+    "yes/no answer scores a pairing 1 or 0, and with 0/1 scores each of the three is right only when all "
+    "four pairings of an example are answered right (they differ for graded scores such as CLIP's)",
+}
+
+# rate name -> what it counts. Every rate is a share of the dataset's questions unless it says otherwise.
+RATES: dict[str, str] = {
+    "exception_rate": "share of questions whose answering program raised (a syntax or runtime error) or "
+    "returned an answer of the wrong kind for the task (bad_return)",
+    "timeout_rate": "share whose answering program ran out of time",
+    "infra_error_rate": "share lost to our own failure (the executor or a tool), not the program's",
+    "refusal_rate": "share whose answer the mode refused (best of n by unit tests with refuse_below); a "
+    "refused answer counts as wrong",
+    "fallback_rate": "share answered by the end-to-end fallback instead of the program: only in '+fallback' "
+    "rows, 0 in the others",
+    "mean_attempts": "programs executed per question to reach its answer (candidates, retries, re-prompts)",
+    "right_for_wrong_reason": "of the questions answered right (score >= 0.5 by the training reward's match) "
+    "whose program has a unit-test score, the share scoring below 0.5 on its unit tests",
+}
+
+# Field of a predictions.jsonl row -> what it holds (beyond the Prediction's own fields).
+PREDICTION_FIELDS: dict[str, str] = {
+    "query": "the question, caption query or referring expression the program answered",
+    "gold": "the reference: the answers (VQA's ten annotators, GQA's one, yes/no for matching) or the box",
+    "score": "the program's answer scored by the training reward's match (rewards/correctness.py: VQA soft "
+    "accuracy, IoU for a box, normalised exact match otherwise); 0 with no answer",
+    "correct": "score >= 0.5, the verdict the report's rates use; not the official per-dataset rule (GQA's "
+    "official accuracy compares strings as they are; Winoground and SugarCREPE score whole groups)",
+    "score_with_fallback": "the same for the answer the '+fallback' row uses (only in runs with the fallback)",
+    "correct_with_fallback": "score_with_fallback >= 0.5",
 }
 
 

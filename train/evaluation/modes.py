@@ -70,16 +70,57 @@ class ModeConfig:
 
     @property
     def label(self) -> str:
-        parts = [self.name]
-        if self.name in ("majority", "unit_test_select"):
-            parts.append(f"n{self.n_programs}")
-        if self.name == "self_debug":
-            parts.append(self.feedback)
+        """The mode's row in reports, in words: the mode and the settings that change which program
+        answers. `fallback_below` is not in it: the program-alone row does not depend on it, and
+        the "+fallback" row's glossary entry (`fallback_description`) says what it changes there."""
+        n, rounds = self.n_programs, f"{self.iterations} round{'' if self.iterations == 1 else 's'}"
+        words = {
+            "single": "single",
+            "majority": f"majority of {n}",
+            "unit_test_select": f"best of {n} by unit tests",
+            "reprompt_tests": f"re-prompted on unit tests, {rounds}",
+            "self_debug": f"self-debugging {'with the error' if self.feedback == 'error' else 'from scratch'}, {rounds}",
+            "self_tuning": "self-tuning",
+        }[self.name]
         if self.refuse_below is not None:
-            parts.append(f"refuse{self.refuse_below:g}")
+            words += f", refusing below {self.refuse_below:g}"
+        return words
+
+    @property
+    def description(self) -> str:
+        """What the label's row did, for the report's glossary."""
+        n = self.n_programs
+        text = {
+            "single": "one greedy program per question",
+            "majority": f"{n} sampled programs, the answer most of those that ran gave",
+            "unit_test_select": f"{n} sampled programs, the one passing most of its visual unit tests answers "
+            "(ViUniT's selection)",
+            "reprompt_tests": f"a program failing its unit tests (below {self.pass_threshold:g}) is shown to the "
+            f"policy again with what it answered on which test image, up to {self.iterations} times (ViUniT)",
+            "self_debug": f"a program that fails to run is written again, up to {self.iterations} times, "
+            + ("with its error in the prompt" if self.feedback == "error" else "from a fresh sample")
+            + " (Stanić et al.'s self-debugging)",
+            "self_tuning": "a program that fails or finds nothing runs again with lowered detection thresholds "
+            "(Stanić et al.'s self-tuning)",
+        }[self.name]
+        if self.refuse_below is not None:
+            text += f"; the answer is refused (counts as wrong) when even the best scores below {self.refuse_below:g}"
+        return text + "; the programs alone, no fallback"
+
+    @property
+    def fallback_description(self) -> str:
+        """What the "+fallback" row of this mode did, for the report's glossary."""
+        when = "failed to run (an exception, a timeout or an answer of the wrong kind)"
         if self.fallback_below is not None:
-            parts.append(f"unsure{self.fallback_below:g}")
-        return "-".join(parts)
+            when += (
+                f", was refused, or scored below {self.fallback_below:g} on its visual unit tests (by default the "
+                "share of them it passes)"
+            )
+        return (
+            f"the same programs ({self.label}), with the end-to-end tool's answer wherever the program {when}: "
+            "simple_query for a question, the detector's first box for a referring expression, the better "
+            "matching of the caption and its pair's other one for image-text matching (train/evaluation/fallback.py)"
+        )
 
 
 class UnitTestJudge(Protocol):

@@ -5,7 +5,10 @@
 
 Each policy (the base model, and the base with each adapter) answers every dataset with every
 configured inference mode (`train.evaluation.modes`), for every seed; `train.evaluation.report`
-writes `evaluation.json`, `evaluation.md`, `predictions.jsonl` and the plots under `--out`.
+writes `evaluation.json`, `evaluation.md`, the tables (`evaluation.csv`, `per_type.csv`,
+`evaluation.tex`) and the plots under `--out`, and this module `predictions.jsonl`: one row per
+policy, mode, seed and question with the question, its reference and whether the answer was right
+(`prediction_row`; `conventions.PREDICTION_FIELDS` says what each field holds).
 Everything that can be checked is checked before the executor starts or a model is loaded:
 dataset names and roots, the policy and its adapters' base, the tool stack and the overrides of
 self-tuning, the unit-test settings, and whether the prompts fit the policy's context.
@@ -22,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from data.records import Example
+from rewards.correctness import correctness
 from train.evaluation.config import EvalConfig
-from train.evaluation.metrics import DatasetMetrics, dataset_metrics
+from train.evaluation.metrics import CORRECT_AT, DatasetMetrics, Prediction, dataset_metrics
+from train.evaluation.modes import ModeConfig
 from train.evaluation.plan import (
     EvalPlan,
     Policy,
@@ -32,6 +37,7 @@ from train.evaluation.plan import (
     validate,
 )
 from train.evaluation.seen import seen_queries, split_seen
+from train.evaluation.tables import FALLBACK_SUFFIX
 
 __all__ = ["EvalConfig", "EvalPlan", "Policy", "evaluate", "main", "prepare", "validate"]
 
@@ -76,11 +82,10 @@ def evaluate(
                 examples = data[name]
                 bar.set_postfix_str(f"{mode.label} seed {seed} {name}")
                 preds = session.predict(examples, mode, seed, progress=bar.update)
-                predictions += [
-                    {"policy": policy.label, "mode": mode.label, "dataset": name, "seed": seed} | p.to_json()
-                    for p in preds
-                ]
-                variants = [(mode.label, False)] + ([(mode.label + "+fallback", True)] if mode.fallback else [])
+                by_id = {e.id: e for e in examples}
+                key = {"policy": policy.label, "mode": mode.label, "dataset": name, "seed": seed}
+                predictions += [prediction_row(key, by_id[p.example_id], p, mode.fallback) for p in preds]
+                variants = [(mode.label, False)] + ([(mode.label + FALLBACK_SUFFIX, True)] if mode.fallback else [])
                 for label, use_fallback in variants:
                     metrics = dataset_metrics(examples, preds, use_fallback=use_fallback)
                     results.setdefault(policy.label, {}).setdefault(label, {}).setdefault(name, {})[seed] = metrics
@@ -92,14 +97,47 @@ def evaluate(
     with open(out / "predictions.jsonl", "w", encoding="utf-8") as f:
         for row in predictions:
             f.write(json.dumps(row) + "\n")
+    modes = mode_descriptions(plan.modes)
     paths = write_reports(
         results,
         out,
         extra={"config": asdict(cfg), "seconds": round(seconds, 1), "examples": {k: len(v) for k, v in data.items()}}
         | {"tool_metrics": tools},
+        modes=modes,
     )
     paths["predictions"] = out / "predictions.jsonl"
-    return {"results": results, "paths": paths, "seconds": seconds}
+    return {"results": results, "paths": paths, "seconds": seconds, "modes": modes}
+
+
+def mode_descriptions(modes: list[ModeConfig]) -> dict[str, str]:
+    """Each row label of the report -> what the mode did (the glossary's lines)."""
+    out = {}
+    for mode in modes:
+        out[mode.label] = mode.description
+        if mode.fallback:
+            out[mode.label + FALLBACK_SUFFIX] = mode.fallback_description
+    return out
+
+
+def _score(example: Example, answer: Any) -> float:
+    return correctness(example, answer) if answer is not None else 0.0
+
+
+def prediction_row(key: dict[str, Any], example: Example, pred: Prediction, fallback: bool) -> dict[str, Any]:
+    """One line of predictions.jsonl: which run, the question and its reference, what the mode
+    answered, and its score and verdict without (and, with the fallback on, with) the fallback."""
+    gold = list(example.box) if example.task == "grounding" and example.box is not None else list(example.answers)
+    score = _score(example, pred.final_answer(False))
+    row = (
+        key
+        | {"query": example.query, "gold": gold}
+        | pred.to_json()
+        | {"score": score, "correct": score >= CORRECT_AT}
+    )
+    if fallback:
+        with_fallback = _score(example, pred.final_answer(True))
+        row |= {"score_with_fallback": with_fallback, "correct_with_fallback": with_fallback >= CORRECT_AT}
+    return row
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -118,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report = evaluate(cfg, prepared=prepared)
     from train.evaluation.report import markdown
 
-    print(markdown(report["results"]))
+    print(markdown(report["results"], report["modes"]))
     for kind, path in report["paths"].items():
         print(f"{kind:>24}: {path}")
     print(f"evaluate: {report['seconds']:.0f}s")
