@@ -23,6 +23,9 @@ Recipes (counts from ViUniT, [U] A and F.4.2; docs/references.md#datasets-and-me
 Each recipe returns a `Sample`: the Examples, plus `split_id` (recipe name + a hash of the sorted
 selected ids) for run manifests, so two runs can check they used the same items.
 
+Mixtures (`mixture_rows`, `repeat_rows`): the rows of one epoch of a weighted mixture of datasets,
+each dataset's examples repeated in seeded rank order until its rows make its share of the epoch.
+
 `cached_sample` keeps a drawn sample on disk: GQA's balanced-train file holds 943k questions and
 every training process needs the same 1,022 of them, so the first process to arrive parses the file
 and draws, and the other processes (and later runs) read what it drew.
@@ -33,6 +36,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -188,6 +192,45 @@ def sugarcrepe_splits(
         Sample(f"sugarcrepe-train-{train_fraction:g}-s{seed}", train_items, seed, params),
         Sample(f"sugarcrepe-eval-{eval_per_category}pc-s{seed}", eval_items, seed, params),
     )
+
+
+def refcoco_train_sample(examples: Sequence[Example], seed: int = 0, per_category: int = 10) -> Sample:
+    """`per_category` referring expressions per target category (`Example.group`) from a RefCOCO
+    training split: 800 for RefCOCO's 80 categories, a training set the size of GQA's 1,022."""
+    sample = sample_per_group(examples, per_category, seed, name=f"refcoco-train-{per_category}pc-s{seed}")
+    return Sample(sample.name, sample.examples, seed, {"per_category": per_category})
+
+
+def sugarcrepe_train_sample(examples: Sequence[Example], seed: int = 0, train_fraction: float = 0.10) -> Sample:
+    """The training part of `sugarcrepe_splits` (entries left after the evaluation picks)."""
+    return sugarcrepe_splits(examples, seed, train_fraction=train_fraction)[0]
+
+
+def mixture_rows(sizes: Sequence[int], weights: Sequence[float]) -> list[int]:
+    """Rows per dataset in one epoch of a weighted mixture: shares proportional to `weights`, and the
+    epoch just long enough that every dataset fills at least its own size, so that every example is
+    drawn at least once per epoch and a small dataset with a large weight is repeated."""
+    if len(sizes) != len(weights) or not sizes:
+        raise ValueError(f"mixture_rows: {len(sizes)} sizes for {len(weights)} weights")
+    if any(n < 1 for n in sizes) or any(not (w > 0 and math.isfinite(w)) for w in weights):
+        raise ValueError(
+            f"mixture_rows: sizes must be positive and weights positive and finite, got {sizes}, {weights}"
+        )
+    total = sum(weights)
+    shares = [w / total for w in weights]
+    length = max(math.ceil(n / s - 1e-9) for n, s in zip(sizes, shares, strict=True))
+    return [max(n, round(s * length)) for n, s in zip(sizes, shares, strict=True)]
+
+
+def repeat_rows(examples: Sequence[Example], rows: int, seed: int, salt: str = "") -> list[Example]:
+    """`rows` draws from `examples`: each example `rows // n` times, and the lowest-ranked
+    `rows % n` once more (rank: `rank(seed, salt + id)`), so no example is drawn twice more often
+    than another."""
+    if not examples:
+        raise ValueError("repeat_rows: no examples to draw from")
+    ordered = sorted(examples, key=lambda ex: rank(seed, salt + ex.id))
+    whole, rest = divmod(rows, len(ordered))
+    return ordered * whole + ordered[:rest]
 
 
 # Bumped when what a cached sample holds changes meaning; the code of the loaders and of this module

@@ -13,6 +13,13 @@ dominant mistake for weak families and the gold for strong ones, while sampling 
 gold of weak families a fair share of the time: exactly the situation in which RL with a
 correctness reward raises greedy accuracy. Which families are weak is drawn from the seed.
 
+With `--tasks vqa itm grounding` the policy also learns to write image-text matching programs (the
+world's Winoground- and SugarCREPE-style captions) and grounding programs (its RefCOCO-style
+referring expressions, both splits), each family of them weak: the programs a mixture or a
+label-free adaptation starts from. Families there are the Winoground tag or SugarCREPE category,
+and the referral's kind (attribute, relation, position). The default (`vqa`) is the quickstart's
+policy, unchanged: the new keys at their defaults leave the cache key as it was.
+
 Everything lands in DIR: model and tokenizer (safetensors), `bootstrap.json` (config, seed,
 mixture, accuracies, timings) and the world it was trained on. Re-running with the same config
 finds `bootstrap.json` and returns at once; `ensure_tiny_policy(cfg)` is that for other scripts.
@@ -36,6 +43,7 @@ from data.shapes import BuildConfig, build_dataset, load_gold_programs
 from data.shapes.mutations import mutate
 from data.shapes.tasks import load_shapes_tasks
 from train.bootstrap.check import PolicyEval, evaluate_policy, format_table
+from train.bootstrap.other_tasks import other_tasks, task_family
 from train.policy.tiny import TinyModelConfig, build_model, parameter_count, train_tokenizer
 from train.prompts import PromptConfig, PromptTemplate
 
@@ -56,6 +64,10 @@ DOMINANT_MISTAKES = (
     "swap_axis",
 )
 VERSION = 1  # bump when the recipe changes so cached policies are rebuilt
+TASKS = ("vqa", "itm", "grounding")
+# Keys added after policies were cached: at these values they stay out of the cache key, so the
+# quickstart's policy keeps its key (and its documented figures).
+LATER_KEYS = {"tasks": ["vqa"], "world_winoground": 4, "world_sugarcrepe": 1, "world_refcoco": 4}
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,13 @@ class BootstrapConfig(TinyModelConfig):
     # the world trained on (its validation questions are the evaluation's)
     world_train: int = field(default=1100, metadata={"help": "training images of the shapes world"})
     world_val: int = field(default=150, metadata={"help": "validation images of the shapes world"})
+    world_winoground: int = field(default=4, metadata={"help": "Winoground-style examples of the world"})
+    world_sugarcrepe: int = field(default=1, metadata={"help": "SugarCREPE-style entries per category"})
+    world_refcoco: int = field(default=4, metadata={"help": "RefCOCO-style images of the world"})
+    tasks: list[str] = field(
+        default_factory=lambda: ["vqa"],
+        metadata={"help": "tasks whose programs the policy learns: vqa, and itm / grounding (weak, for mixtures)"},
+    )
     # the mixture
     weak_share: float = field(
         default=0.6, metadata={"help": "share of training families whose greedy program is wrong"}
@@ -98,7 +117,12 @@ class BootstrapConfig(TinyModelConfig):
     # how it runs (not in the cache key)
     slots: int = field(default=2, metadata={"help": "programs run in parallel (not in the cache key)"})
     threads: int = field(default=2, metadata={"help": "torch CPU threads (not in the cache key)"})
-    sandbox: str = field(default="full", metadata={"help": "full | none (debugging only)"})
+    sandbox: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (full where namespaces work, else restricted) | full | restricted | none (debugging only)"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the sizes
@@ -109,14 +133,21 @@ class BootstrapConfig(TinyModelConfig):
         for name in ("world_train", "world_val", "copies", "batch_size", "threads", "eval_samples", "slots"):
             if getattr(self, name) < 1:
                 raise ValueError(f"BootstrapConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("world_winoground", "world_sugarcrepe", "world_refcoco"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"BootstrapConfig.{name} must be >= 0, got {getattr(self, name)}")
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if unknown or "vqa" not in self.tasks:
+            raise ValueError(f"BootstrapConfig.tasks: {list(self.tasks)} must hold vqa and only {', '.join(TASKS)}")
 
     def model_config(self) -> TinyModelConfig:
         return TinyModelConfig(**{f.name: getattr(self, f.name) for f in fields(TinyModelConfig)})
 
     def key(self) -> str:
         """Hash of everything that changes the policy (not where it is written, nor how many
-        sandbox slots evaluate it)."""
-        data = {k: v for k, v in asdict(self).items() if k not in ("out", "slots", "threads")}
+        sandbox slots evaluate it, nor in which sandbox)."""
+        data = {k: v for k, v in asdict(self).items() if k not in ("out", "slots", "threads", "sandbox")}
+        data = {k: v for k, v in data.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
         return hashlib.sha256(json.dumps({"v": VERSION, **data}, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -141,20 +172,29 @@ def body(program: str) -> str:
 
 
 def plan_mixture(
-    examples: list[Example], gold: dict[str, str], cfg: BootstrapConfig, rng: np.random.Generator
+    examples: list[Example],
+    gold: dict[str, str],
+    cfg: BootstrapConfig,
+    rng: np.random.Generator,
+    family_of: Any = None,
+    all_weak: bool = False,
 ) -> tuple[list[SFTPair], dict[str, dict[str, Any]]]:
-    """SFT pairs for `examples` and, per family, what was drawn (weak?, dominant mistake, counts)."""
-    template = PromptTemplate.from_config(PromptConfig(layout="bare", task="vqa"))
+    """SFT pairs for `examples` and, per family, what was drawn (weak?, dominant mistake, counts).
+    Families are `Example.group` unless `family_of(example)` says; with `all_weak` every family
+    with a dominant mistake is weak instead of a `weak_share` of them."""
+    templates = {
+        task: PromptTemplate.from_config(PromptConfig(layout="bare", task=task)) for task in {e.task for e in examples}
+    }
     by_family: dict[str, list[Example]] = {}
     for ex in examples:
-        by_family.setdefault(ex.group or "", []).append(ex)
+        by_family.setdefault(family_of(ex) if family_of else ex.group or "", []).append(ex)
     mutants = {ex.id: {m.kind: m.program for m in mutate(gold[ex.query])} for ex in examples}
     dominant: dict[str, str | None] = {}
     for family, exs in sorted(by_family.items()):
         share = {k: sum(k in mutants[e.id] for e in exs) / len(exs) for k in DOMINANT_MISTAKES}
         dominant[family] = next((k for k in DOMINANT_MISTAKES if share[k] >= 0.5), None)
     candidates = sorted(f for f, k in dominant.items() if k is not None)
-    n_weak = min(len(candidates), int(round(cfg.weak_share * len(by_family))))
+    n_weak = len(candidates) if all_weak else min(len(candidates), int(round(cfg.weak_share * len(by_family))))
     weak = {candidates[int(i)] for i in rng.permutation(len(candidates))[:n_weak]}
     pairs: list[SFTPair] = []
     plan: dict[str, dict[str, Any]] = {}
@@ -175,7 +215,7 @@ def plan_mixture(
                         )
                         kind = others[int(rng.integers(len(others)))]
                 program = gold[ex.query] if kind == "gold" else options[kind]
-                pairs.append(SFTPair(ex.id, family, kind, template.build(ex.query), body(program)))
+                pairs.append(SFTPair(ex.id, family, kind, templates[ex.task].build(ex.query), body(program)))
                 counts[kind] = counts.get(kind, 0) + 1
         plan[family] = {
             "weak": is_weak,
@@ -191,7 +231,13 @@ def plan_mixture(
 def ensure_world(cfg: BootstrapConfig) -> Path:
     root = Path(cfg.out) / "world"
     build = BuildConfig(
-        out=str(root), train=cfg.world_train, val=cfg.world_val, seed=cfg.seed, winoground=4, sugarcrepe=1, refcoco=4
+        out=str(root),
+        train=cfg.world_train,
+        val=cfg.world_val,
+        seed=cfg.seed,
+        winoground=cfg.world_winoground,
+        sugarcrepe=cfg.world_sugarcrepe,
+        refcoco=cfg.world_refcoco,
     )
     manifest = root / "manifest.json"
     wanted = {k: v for k, v in build.to_json().items() if k not in ("out", "workers")}
@@ -250,12 +296,27 @@ def run(cfg: BootstrapConfig) -> dict[str, Any]:
     cpu0 = sum(os.times()[:4])
     root = ensure_world(cfg)
     tasks = load_shapes_tasks(root, ["train", "val", "heldout"])
-    gold = load_gold_programs(root)["vqa"]
+    golds = load_gold_programs(root)
+    gold = golds["vqa"]
+    others = other_tasks(root, cfg.tasks)
     timings["world_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
     rng = np.random.default_rng(cfg.seed)
     pairs, plan = plan_mixture(tasks["train"], gold, cfg, rng)
+    if others:  # a generator of its own, so the VQA part is drawn as without them
+        other_gold = {q: p for task in ("itm", "grounding") for q, p in golds.get(task, {}).items()}
+        more, more_plan = plan_mixture(
+            others,
+            other_gold,
+            cfg,
+            np.random.default_rng([cfg.seed, 1]),
+            family_of=lambda ex: task_family(ex, other_gold[ex.query]),
+            all_weak=True,
+        )
+        both = pairs + more
+        pairs = [both[int(i)] for i in np.random.default_rng([cfg.seed, 2]).permutation(len(both))]
+        plan.update(more_plan)
     corpus = [p.prompt + p.completion for p in pairs]
     corpus += [PromptTemplate.from_config(PromptConfig(layout="bare")).build(e.query) for e in tasks["heldout"]]
     tokenizer = train_tokenizer(corpus, cfg.vocab_size, cfg.context)

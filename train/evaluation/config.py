@@ -107,7 +107,12 @@ class EvalConfig:
     vllm_kwargs: str = field(
         default="", metadata={"help": "mapping of other vllm.LLM arguments (max_model_len, enforce_eager, ...)"}
     )
-    sandbox: str = field(default="full", metadata={"help": "full | none (debugging only)"})
+    sandbox: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (full where namespaces work, else restricted) | full | restricted | none (debugging only)"
+        },
+    )
     slots: int = field(default=2, metadata={"help": "programs run in parallel"})
     timeout_s: float = field(
         default=5.0,

@@ -1,4 +1,5 @@
-"""Trainer callbacks of the RL entry point: the rollouts log, metrics.jsonl, the wandb program table.
+"""Trainer callbacks of the RL entry point: the rollouts log, metrics.jsonl (with per-task figures),
+the wandb program table.
 
 Rollout rows are made when a batch is scored (on every process), held until the optimizer step
 their samples train has finished, gathered to the main process and appended there. A checkpoint
@@ -14,7 +15,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from data.records import Example
+from rewards.correctness import correctness, grounding_scores
 from rewards.trl_adapter import ScoredCompletions
+from train.recipe.mixture import entry_of, has_labels
 from train.rollouts.log import RolloutLog, RolloutRow
 from train.runs.folder import MetricsLog
 
@@ -56,17 +60,98 @@ class RolloutRecorder(TrainerCallback):
 
 
 class MetricsRecorder(TrainerCallback):
-    """Every logged metrics dict as one metrics.jsonl row with its step (main process)."""
+    """Every logged metrics dict as one metrics.jsonl row with its step (main process).
 
-    def __init__(self, log: MetricsLog):
+    Given the rollout recorder and the run's examples, each row also holds per task (a mixture's
+    entry, else the examples' task) what the rollouts written since the last row earned:
+    `task/<name>/reward` (mean total, masked programs left out), `task/<name>/accuracy` (against the
+    labels, a failed program scoring 0; only for examples that have labels, so never for a
+    label-free entry), `task/<name>/exception_rate` and `task/<name>/samples`. They go to wandb as
+    `train/task/...` beside trl's metrics."""
+
+    def __init__(
+        self, log: MetricsLog, rollouts: RolloutRecorder | None = None, examples: dict[str, Example] | None = None
+    ):
         self.log = log
+        self.rollouts = rollouts
+        self.examples = examples or {}
+        self._seen: list[RolloutRow] | None = None
+        self._pending: dict[str, TaskTally] = {}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # The rollout recorder (an earlier callback) has just written this step's rows, if any; a step
+        # inside a generation window writes none and leaves `recent` as it was.
+        recent = self.rollouts.recent if self.rollouts is not None else None
+        if state.is_world_process_zero and recent and recent is not self._seen:
+            self._seen = recent
+            for row in recent:
+                example = self.examples.get(row.example_id)
+                key = task_key(example) if example is not None else row.task or "unknown"
+                self._pending.setdefault(key, TaskTally()).add(row, example)
+        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
             row = {"step": state.global_step}
             row.update({k: v for k, v in logs.items() if _jsonable(v)})
+            tasks = {
+                f"task/{key}/{name}": v for key, t in sorted(self._pending.items()) for name, v in t.means().items()
+            }
+            self._pending = {}
+            row.update(tasks)
             self.log.append(row)
+            if tasks:
+                _to_wandb(tasks, state.global_step)
         return control
+
+
+def task_key(example: Example) -> str:
+    return entry_of(example) or example.task
+
+
+class TaskTally:
+    """One task's rollouts since the last logged row."""
+
+    def __init__(self) -> None:
+        self.totals: list[float] = []
+        self.accuracy: list[float] = []
+        self.failed = 0
+        self.samples = 0
+
+    def add(self, row: RolloutRow, example: Example | None) -> None:
+        self.samples += 1
+        self.failed += row.status != "ok"
+        if row.total is not None:
+            self.totals.append(row.total)
+        if example is not None and has_labels(example):
+            self.accuracy.append(accuracy(example, row) if row.status == "ok" else 0.0)
+
+    def means(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {"samples": self.samples, "exception_rate": self.failed / self.samples}
+        if self.totals:
+            out["reward"] = sum(self.totals) / len(self.totals)
+        if self.accuracy:
+            out["accuracy"] = sum(self.accuracy) / len(self.accuracy)
+        return out
+
+
+def accuracy(example: Example, row: RolloutRow) -> float:
+    """The evaluation's per-question accuracy: a match for questions and captions, IoU >= 0.5 for
+    grounding (the reward's continuous IoU is not an accuracy)."""
+    if example.task == "grounding":
+        return grounding_scores(example, row.answer)["acc50"]
+    return correctness(example, row.answer)
+
+
+def _to_wandb(metrics: dict[str, float | int], step: int) -> None:
+    try:
+        import wandb
+    except ImportError:
+        return
+    if wandb.run is not None:
+        # As ProgramTable: no `step=` (wandb's own step runs ahead of the trainer's); the trainer's
+        # step goes in the record as transformers' x-axis.
+        wandb.log({**{f"train/{k}": v for k, v in metrics.items()}, "train/global_step": step})
 
 
 class ProgramTable(TrainerCallback):

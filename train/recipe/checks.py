@@ -4,6 +4,7 @@ here, before any work, with a `ConfigError` naming the key."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import warnings
@@ -17,8 +18,10 @@ from rewards.compose import RewardConfig
 from rewards.registry import check_reward_name
 from train.policy.loading import check_policy
 from train.prompts import PromptConfig
-from train.recipe.data import load_examples, prompt_configs
+from train.recipe.data import entry_args, load_examples, load_mixture, prompt_configs
 from train.recipe.layout import plan_layout, visible_gpus
+from train.recipe.mixture import KEY as MIXTURE_KEY
+from train.recipe.mixture import LoadedMixture, as_mixture, entry_prompts, reward_scopes, scoped_composer
 from train.recipe.parsing import ConfigError
 from train.recipe.rl_config import RLConfig
 from train.recipe.sections import DataArgs, ExecutorArgs
@@ -26,7 +29,14 @@ from train.recipe.sections import DataArgs, ExecutorArgs
 
 @dataclass
 class Checked:
-    """What validation read: the examples, prompt configs, tool stack and reward config."""
+    """What validation read: the examples, prompt configs, tool stack and reward config.
+
+    examples: the training examples, each once; for a mixture, one epoch of its rows (an example
+        appears as often as its entry's weight asks), which is what the trainer samples prompts from.
+    prompts: a PromptConfig per task, or per mixture entry (keyed by the entry's name).
+    mixture: the loaded mixture (entries, shares, each entry's examples once); None without one.
+    reward_scopes: reward name -> the mixture entries it scores; None when every reward scores all.
+    """
 
     examples: list[Example]
     prompts: dict[str, PromptConfig]
@@ -36,15 +46,28 @@ class Checked:
     runner: RunnerConfig
     tool_service: str | None = None
     layout: Any = None  # train.recipe.layout.Layout
+    mixture: LoadedMixture | None = None
+    reward_scopes: dict[str, frozenset[str]] | None = None
+
+    def composer(self, resources: dict[str, Any] | None = None) -> Any:
+        """The run's `RewardComposer`, each reward scoring only the mixture entries it is named for."""
+        return scoped_composer(self.rewards, self.reward_scopes, resources)
 
 
 def validate(cfg: RLConfig, check_layout: bool = True) -> Checked:
     """Every check that needs no model and no executor; raises ConfigError naming the key."""
     check_policy(cfg.policy)
-    examples = load_examples(cfg.data)
-    prompts = prompt_configs(cfg.prompt, examples)
+    mixture = load_mixture(cfg.data) if cfg.data.dataset_mixture is not None else None
+    examples = mixture.drawn if mixture else load_examples(cfg.data)
+    prompts = mixture_prompts(cfg, mixture) if mixture else prompt_configs(cfg.prompt, examples)
     stack, overrides = tool_stack(cfg.executor, cfg.data)
     rewards = reward_config(cfg)
+    scopes = None
+    if mixture:
+        scopes = reward_scopes([spec.name for spec in rewards.rewards], mixture, MIXTURE_KEY)
+        everything = frozenset(e.entry.name for e in mixture.entries)
+        if all(s == everything for s in scopes.values()):
+            scopes = None  # every reward scores every entry: nothing to scope
     try:
         runner = RunnerConfig(
             slots=cfg.executor.executor_slots or (os.cpu_count() or 1),
@@ -59,7 +82,23 @@ def validate(cfg: RLConfig, check_layout: bool = True) -> Checked:
     layout = plan_layout(cfg, stack, rewards, [ex.query for ex in examples], visible_gpus())
     if check_layout:
         layout.check()
-    return Checked(examples, prompts, stack, overrides, rewards, runner, cfg.executor.tool_service, layout)
+    return Checked(
+        examples, prompts, stack, overrides, rewards, runner, cfg.executor.tool_service, layout, mixture, scopes
+    )
+
+
+def mixture_prompts(cfg: RLConfig, mixture: LoadedMixture) -> dict[str, PromptConfig]:
+    if cfg.prompt.prompt_task is not None:
+        raise ConfigError(f"prompt_task: a recipe with {MIXTURE_KEY} sets the task per entry (prompt: {{task: ...}})")
+    base = {f.name.removeprefix("prompt_"): getattr(cfg.prompt, f.name) for f in dataclasses.fields(cfg.prompt)}
+    base.pop("task")
+    if base["ice_file"] is not None and not os.path.isfile(base["ice_file"]):
+        raise ConfigError(f"prompt_ice_file: {base['ice_file']} does not exist")
+    configs = entry_prompts(base, mixture, MIXTURE_KEY)
+    for name, config in configs.items():
+        if config.ice_file is not None and not os.path.isfile(config.ice_file):
+            raise ConfigError(f"{MIXTURE_KEY}: entry {name!r}: prompt ice_file {config.ice_file} does not exist")
+    return configs
 
 
 def tool_stack(executor: ExecutorArgs, data: DataArgs) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -76,15 +115,26 @@ def tool_stack(executor: ExecutorArgs, data: DataArgs) -> tuple[dict[str, Any], 
         if overrides:
             raise ConfigError("tool_overrides: a deployed tool service runs the stack it was deployed with")
         return stack, overrides
-    if stack["backend"] == "oracle" and data.dataset == "shapes" and not (stack.get("scene_graphs") or overrides):
+    worlds = shapes_roots(data)
+    if stack["backend"] == "oracle" and worlds and not (stack.get("scene_graphs") or overrides):
         from data.shapes.tasks import scene_graph_files
 
-        overrides["scene_graphs"] = [str(p) for p in scene_graph_files(data.dataset_root)]
+        overrides["scene_graphs"] = [str(p) for root in worlds for p in scene_graph_files(root)]
     try:  # names and types of the settings, before any executor starts
         backend_class(stack["backend"]).check_settings(**stack_settings(stack, overrides))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"tool_stack {executor.tool_stack} with tool_overrides: {exc}") from None
     return stack, overrides
+
+
+def shapes_roots(data: DataArgs) -> list[str]:
+    """The shapes worlds the recipe trains on: its root, or the distinct roots of its shapes entries."""
+    if data.dataset_mixture is None:
+        return [data.dataset_root] if data.dataset == "shapes" else []
+    roots = [
+        entry_args(e, data).dataset_root for e in as_mixture(data.dataset_mixture).datasets if e.dataset == "shapes"
+    ]
+    return list(dict.fromkeys(r for r in roots if r))
 
 
 def reward_config(cfg: RLConfig) -> RewardConfig:

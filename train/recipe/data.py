@@ -1,9 +1,11 @@
 """Training examples and their prompts for the RL entry point.
 
-Examples come from the shapes world (`dataset: shapes`, named tasks) or from a dataset loader
-(`data.loaders.load_dataset`). Each task gets one prompt template (the signature depends on the
-task); the prompt text handed to trl is the framed prompt, in the form whose tokenization by the
-tokenizer alone (what trl does) equals `encode_prompt`'s ids: exactly one BOS.
+Examples come from the shapes world (`dataset: shapes`, named tasks), from a dataset loader
+(`data.loaders.load_dataset`), or from several of them (`dataset_mixture`, `train.recipe.mixture`).
+Each task (each entry of a mixture) gets one prompt template (the signature depends on the task);
+the prompt text handed to trl is the framed prompt, in the form whose tokenization by the tokenizer
+alone (what trl does) equals `encode_prompt`'s ids: exactly one BOS. `dataset_labels: false` (an
+entry's `labels: false`) withholds the answers right after loading (`mixture.withhold_labels`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 from data.records import Example
 from train.prompts import PromptConfig, PromptTemplate, encode_prompt, frame_prompt
+from train.recipe.mixture import KEY as MIXTURE_KEY
+from train.recipe.mixture import LoadedMixture, MixtureEntry, as_mixture, assemble, entry_of, withhold_labels
 from train.recipe.parsing import ConfigError
 from train.recipe.sections import DataArgs, PromptArgs
 
@@ -27,6 +31,8 @@ SAMPLES = {
     "gqa_eval": "gqa_eval_sample",
     "okvqa": "okvqa_sample",
     "vqav2": "vqav2_sample",
+    "refcoco_train": "refcoco_train_sample",
+    "sugarcrepe_train": "sugarcrepe_train_sample",
 }
 
 
@@ -51,6 +57,14 @@ def check_data(args: DataArgs) -> None:
 
 
 def load_examples(args: DataArgs) -> list[Example]:
+    """The recipe's examples: one dataset's, or one epoch of a mixture's rows (`load_mixture`)."""
+    if args.dataset_mixture is not None:
+        return load_mixture(args).drawn
+    examples = _one_dataset(args)
+    return examples if args.dataset_labels else [withhold_labels(ex) for ex in examples]
+
+
+def _one_dataset(args: DataArgs) -> list[Example]:
     check_data(args)
     examples = _sampled(args) if args.dataset_sample is not None else _load(args)
     if args.dataset_limit is not None:
@@ -61,6 +75,39 @@ def load_examples(args: DataArgs) -> list[Example]:
     if dupes:
         raise ConfigError(f"dataset {args.dataset!r}: duplicate example ids {dupes[:5]} (tasks listed twice?)")
     return examples
+
+
+def load_mixture(args: DataArgs) -> LoadedMixture:
+    """Every entry of `args.dataset_mixture` loaded as a one-dataset recipe would load it, its
+    labels withheld where it says `labels: false`, and drawn by weight (`mixture.assemble`)."""
+    mixture = as_mixture(args.dataset_mixture)
+    loaded = []
+    for i, entry in enumerate(mixture.datasets):
+        try:
+            loaded.append((entry, _one_dataset(entry_args(entry, args))))
+        except ConfigError as exc:
+            raise ConfigError(f"{MIXTURE_KEY}.datasets[{i}] ({entry.name}): {exc}") from None
+    return assemble(mixture, loaded, MIXTURE_KEY)
+
+
+def entry_args(entry: MixtureEntry, base: DataArgs) -> DataArgs:
+    """A mixture entry as one-dataset keys; its root relative to the recipe's `dataset_root`."""
+    root = entry.root
+    if root is None:
+        root = base.dataset_root
+    elif base.dataset_root and not Path(root).is_absolute():
+        root = str(Path(base.dataset_root) / root)
+    return DataArgs(
+        dataset=entry.dataset,
+        dataset_root=root,
+        dataset_split=entry.split,
+        dataset_tasks=list(entry.tasks or ["train"]),
+        dataset_sample=entry.sample,
+        dataset_sample_seed=base.dataset_sample_seed if entry.sample_seed is None else entry.sample_seed,
+        dataset_sample_cache=base.dataset_sample_cache,
+        dataset_limit=entry.limit,
+        dataset_options=dict(entry.options or {}),
+    )
 
 
 def _load(args: DataArgs) -> list[Example]:
@@ -161,11 +208,13 @@ class PromptedExample:
 
 
 def build_prompts(examples: list[Example], configs: dict[str, PromptConfig]) -> list[PromptedExample]:
-    templates = {task: PromptTemplate.from_config(cfg) for task, cfg in configs.items()}
+    """Each example with its prompt: the template of its mixture entry when `configs` holds one by
+    that name (`mixture.entry_prompts`), else the template of its task."""
+    templates = {key: PromptTemplate.from_config(cfg) for key, cfg in configs.items()}
     forced = next(iter(templates.values())) if len(templates) == 1 else None
     out = []
     for ex in examples:
-        template = forced or templates[ex.task]
+        template = forced or templates.get(entry_of(ex) or "") or templates[ex.task]
         out.append(PromptedExample(ex, template.build(ex.query), template.hash))
     return out
 
@@ -198,19 +247,34 @@ def trl_dataset(prompted: list[PromptedExample], tokenizer: Any, style: str = "a
     )
 
 
-def split_record(args: DataArgs, examples: list[Example]) -> dict[str, Any]:
-    """The manifest's dataset entry: what was trained on, with an id of the exact example set."""
+def split_record(args: DataArgs, examples: list[Example], mixture: LoadedMixture | None = None) -> dict[str, Any]:
+    """The manifest's dataset entry: what was trained on, with an id of the exact example set; for
+    a mixture, each entry's keys, share, rows per epoch and split id."""
     from data.loaders.sampling import split_id
 
+    root = str(Path(args.dataset_root).resolve()) if args.dataset_root else None
+    if mixture is not None:
+        unique = mixture.examples
+        return {
+            "dataset": "mixture",
+            "root": root,
+            "examples": len(unique),
+            "rows": len(mixture.drawn),
+            "split_id": split_id("mixture", [ex.id for ex in unique]),
+            "task_counts": dict(Counter(ex.task for ex in unique)),
+            "labels": all(e.entry.labels for e in mixture.entries),
+            "mixture": {"seed": mixture.seed, "datasets": [e.record() for e in mixture.entries]},
+        }
     name = args.dataset if args.dataset != SHAPES else f"shapes:{'+'.join(args.dataset_tasks)}"
     return {
         "dataset": args.dataset,
-        "root": str(Path(args.dataset_root).resolve()) if args.dataset_root else None,
+        "root": root,
         "split": args.dataset_split,
         "tasks": list(args.dataset_tasks) if args.dataset == SHAPES else None,
         "sample": args.dataset_sample,
         "sample_seed": args.dataset_sample_seed,
         "limit": args.dataset_limit,
+        "labels": args.dataset_labels,
         "examples": len(examples),
         "split_id": split_id(name, [ex.id for ex in examples]),
         "task_counts": dict(Counter(ex.task for ex in examples)),

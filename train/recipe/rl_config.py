@@ -5,10 +5,10 @@ The recipe is flat (trl's `TrlParser` style): every key belongs to exactly one s
 `GRPOConfig`, `RLOOConfig`, or `SFTConfig` for `rest`). `algorithm` picks the trainer arguments, so
 a GRPO-only key in an RLOO recipe is an unknown key, listed with the valid ones.
 
-List and mapping values (`rewards`, `reward_penalties`, `dataset_options`, `tool_overrides`,
-`rest_vllm_kwargs`) come as YAML structures from the file or as JSON/YAML text on the command line;
+List and mapping values (`rewards`, `reward_penalties`, `dataset_options`, `dataset_mixture`,
+`tool_overrides`, `rest_vllm_kwargs`) come as YAML structures from the file or as JSON/YAML text on the command line;
 their fields are typed `str | None` for the argument parser's sake and hold the parsed structure
-after `parse_rl_config`.
+after `parse_rl_config` (`dataset_mixture` a `train.recipe.mixture.Mixture`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from train.recipe.parsing import CommandLine, ConfigError, parse_config, structured
+from train.recipe.mixture import KEY as MIXTURE_KEY
+from train.recipe.mixture import parse_mixture
+from train.recipe.parsing import CommandLine, ConfigError, parse_config, structured, yaml_place
 from train.recipe.sections import (
     DataArgs,
     ExecutorArgs,
@@ -102,6 +104,10 @@ def parse_rl_config(
     cfg.rewards.rewards = structured(cfg.rewards.rewards, "rewards", list) or ["correctness"]
     cfg.rewards.reward_penalties = structured(cfg.rewards.reward_penalties, "reward_penalties", dict)
     cfg.data.dataset_options = structured(cfg.data.dataset_options, "dataset_options", dict) or {}
+    mixture = structured(cfg.data.dataset_mixture, MIXTURE_KEY, dict)
+    if mixture is not None:
+        cfg.data.dataset_mixture = parse_mixture(mixture, _place(line, MIXTURE_KEY))
+        check_single_keys(cfg.data, line)
     cfg.executor.tool_overrides = structured(cfg.executor.tool_overrides, "tool_overrides", dict) or {}
     cfg.rest.rest_vllm_kwargs = structured(cfg.rest.rest_vllm_kwargs, "rest_vllm_kwargs", dict) or {}
     if cfg.training.output_dir is None:
@@ -119,3 +125,30 @@ def _with_global_batch(cfg: RLConfig, types: list[type], line: CommandLine, prog
         return t
     again = CommandLine(line.path, line.data, [*line.overrides, "--gradient_accumulation_steps", str(accumulation)])
     return parse_config(types, again, prog=prog, description=description)[-1]
+
+
+# The one-dataset keys a mixture's entries replace, with the value each has when it was not given.
+SINGLE_KEYS = {
+    "dataset": "shapes",
+    "dataset_split": None,
+    "dataset_tasks": ["train"],
+    "dataset_sample": None,
+    "dataset_limit": None,
+    "dataset_options": {},
+    "dataset_labels": True,
+}
+
+
+def check_single_keys(data: DataArgs, line: CommandLine) -> None:
+    """With a mixture, the one-dataset keys must keep their defaults: each entry has its own."""
+    for key, default in SINGLE_KEYS.items():
+        if getattr(data, key) != default:
+            entry_key = key.removeprefix("dataset_") if key != "dataset" else "dataset"
+            raise ConfigError(
+                f"{_place(line, key)}: {key}: a recipe with {MIXTURE_KEY} sets it per entry ({entry_key}: ...)"
+            )
+
+
+def _place(line: CommandLine, key: str) -> str:
+    typed = any(tok == f"--{key}" or tok.startswith(f"--{key}=") for tok in line.overrides)
+    return "command line" if typed or line.path is None else yaml_place(line.path, key)

@@ -44,6 +44,10 @@ class PolicyArgs:
 
 @dataclass
 class DataArgs:
+    """The training examples: one dataset (the `dataset_*` keys) or a mixture of several
+    (`dataset_mixture`, whose entries take those keys without the prefix; `dataset_root` is then the
+    folder their roots are relative to)."""
+
     dataset: str = field(default="shapes", metadata={"help": "'shapes' (the shapes world) or a loader name"})
     dataset_root: str | None = field(default=None, metadata={"help": "dataset folder (shapes: world root)"})
     dataset_split: str | None = field(default=None, metadata={"help": "loader split (None: its default)"})
@@ -61,6 +65,17 @@ class DataArgs:
     )
     dataset_limit: int | None = field(default=None, metadata={"help": "keep the first N examples"})
     dataset_options: str | None = field(default=None, metadata={"help": "loader keyword options (mapping)"})
+    dataset_labels: bool = field(
+        default=True,
+        metadata={"help": "false: withhold the answers at load time (label-free rewards only, e.g. unit_tests)"},
+    )
+    dataset_mixture: str | None = field(
+        default=None,
+        metadata={
+            "help": "several datasets with weights (mapping {seed, datasets: [{dataset, weight, tasks, labels, "
+            "rewards, prompt, ...}]}; train.recipe.mixture), in place of the dataset_* keys"
+        },
+    )
 
 
 def _prefixed(cls: type, prefix: str, name: str, doc: str, defaults: dict[str, object]) -> type:
@@ -96,7 +111,12 @@ class ExecutorArgs:
             "first tool call (wall_timeout_s)"
         },
     )
-    executor_sandbox: str = field(default="full", metadata={"help": "full | none (debugging only)"})
+    executor_sandbox: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (full where namespaces work, else restricted) | full | restricted | none (debugging only)"
+        },
+    )
     executor_max_rpcs: int = field(
         default=200, metadata={"help": "tool calls a program may make before it is stopped"}
     )

@@ -1,5 +1,9 @@
 """The run's manifest (`manifest.json`): what a run was made of, so export, ACE mining and evaluation
-can say where an adapter came from. Written by `train/rl.py` before training starts."""
+can say where an adapter came from. Written by `train/rl.py` before training starts.
+
+A mixture's run records each entry (its keys, task, share, rows per epoch, split id, whether its
+labels were withheld, the rewards scoring it) under `dataset.mixture`, its prompt per entry under
+`prompt`, and which entries each reward scored under `reward_scopes`."""
 
 from __future__ import annotations
 
@@ -37,8 +41,9 @@ def manifest(
         "prompt_hash": next(iter(hashes.values())),
         "prompt_hashes": hashes,
         "prompt": {task: c.to_dict() for task, c in checked.prompts.items()},
-        "dataset": split_record(cfg.data, checked.examples),
+        "dataset": split_record(cfg.data, checked.examples, checked.mixture),
         "rewards": checked.rewards.to_json(),
+        "reward_scopes": {r: sorted(s) for r, s in (checked.reward_scopes or {}).items()} or None,
         "seed": cfg.training.seed,
         "packages": package_versions(),
         "git": git_commit(REPO),

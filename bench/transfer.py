@@ -1,0 +1,253 @@
+"""The transfer matrix as one command: train on A, on A+B, on the mixture, and label-free on the
+target; evaluate each on every task; a table and a heat map with intervals over seeds.
+
+    python bench/transfer.py [--seeds 0,1,2] [--max_steps 250] [--out runs/transfer] [--arms a,b,...]
+
+Per seed: the tiny policy bootstrapped with weak image-text matching and grounding programs besides
+its VQA ones (`python -m train.bootstrap --tasks vqa itm grounding`, cached per seed); per arm, RL
+from it with the arm's recipe on the seed's world (`train.rl`); then one evaluation of the policy
+before RL and of every arm's adapter on a fresh world (seed 1001, no training seed's;
+`configs/eval/transfer_matrix.yaml`): the training families and the held-out families, each split
+into queries some arm trained on and queries none did, Winoground, SugarCREPE and RefCOCO. Arms:
+
+    vqa              configs/quickstart.yaml                 A: the training families, correctness
+    vqa_itm          configs/transfer/vqa_itm.yaml           A+B: and image-text matching, correctness
+    mixture          configs/transfer/mixture.yaml           A, image-text matching and grounding
+    adapt_itm        configs/transfer/adapt_itm.yaml         the captions alone, answers withheld, unit tests
+    adapt_heldout    configs/transfer/adapt_heldout.yaml     the held-out families' questions, answers withheld
+    adapt_itm_anchored  configs/transfer/adapt_itm_anchored.yaml  A with labels + captions without (opt-in)
+
+A cell is the gain after - before in points, in the unit each dataset's headline counts (a question,
+a Winoground group, a SugarCREPE entry, a referring expression at IoU >= 0.5): mean +- std over seeds
+and a 95 % interval from the two-level bootstrap (seeds, then units; `train.evaluation.gains`).
+Figures go to `<out>/transfer.json`, `<out>/transfer.md` and `<out>/transfer.png`; records of
+finished runs to `<out>/runs.jsonl`, so an interrupted call resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.learning import settings_of, step_seconds  # noqa: E402
+from bench.transfer_cells import heat_map, markdown, summarize  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ARMS = {
+    "vqa": REPO / "configs/quickstart.yaml",
+    "vqa_itm": REPO / "configs/transfer/vqa_itm.yaml",
+    "mixture": REPO / "configs/transfer/mixture.yaml",
+    "adapt_itm": REPO / "configs/transfer/adapt_itm.yaml",
+    "adapt_heldout": REPO / "configs/transfer/adapt_heldout.yaml",
+    "adapt_itm_anchored": REPO / "configs/transfer/adapt_itm_anchored.yaml",
+}
+DEFAULT_ARMS = "vqa,vqa_itm,mixture,adapt_itm,adapt_heldout"
+EVAL_CONFIG = REPO / "configs/eval/transfer_matrix.yaml"
+# The policy every arm starts from: weak on image-text matching and grounding as on its weak VQA
+# families, with enough captions and referring expressions in its world to train on.
+BOOTSTRAP = "--tasks vqa itm grounding --world_winoground 60 --world_sugarcrepe 15 --world_refcoco 100 --threads 1"
+# The quickstart's sizes. Not its seed (1): a world's items are drawn per (seed, task, index), so the
+# evaluation world of seed 1 would hold the very images, captions and held-out questions the policy
+# of seed 1 was bootstrapped and adapted on.
+EVAL_WORLD = {"seed": 1001, "val": 320, "winoground": 40, "sugarcrepe": 8, "refcoco": 50}
+
+
+def policy_for(seed: int, args: argparse.Namespace) -> Path:
+    from train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
+    from train.recipe.parsing import parse_config
+
+    out = Path(args.out) / f"policy_seed{seed}"
+    (cfg,) = parse_config([BootstrapConfig], ["--out", str(out), "--seed", str(seed), *shlex.split(args.bootstrap)])
+    return ensure_tiny_policy(cfg)
+
+
+def eval_world(args: argparse.Namespace) -> Path:
+    from data.shapes import BuildConfig, build_dataset
+
+    root = Path(args.out) / "shapes_eval"
+    wanted = {**EVAL_WORLD, **json.loads(args.eval_world or "{}")}
+    manifest = root / "manifest.json"
+    if not (
+        manifest.is_file() and all(json.loads(manifest.read_text())["config"].get(k) == v for k, v in wanted.items())
+    ):
+        build_dataset(BuildConfig(out=str(root), train=10, **wanted))
+    return root
+
+
+def train_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
+    from train.rl import main as rl_main
+
+    run_dir = Path(args.out) / f"seed{seed}" / arm
+    started = time.time()
+    adapter = rl_main(
+        [
+            "--config", str(ARMS[arm]),
+            "--model_name_or_path", str(policy),
+            "--dataset_root", str(policy / "world"),
+            "--output_dir", str(run_dir),
+            "--seed", str(seed),
+            "--max_steps", str(args.max_steps),
+            *shlex.split(args.rl_args),
+            *shlex.split(args.arm_args.get(arm, "")),
+        ]
+    )  # fmt: skip
+    return {
+        "seed": seed,
+        "arm": arm,
+        "max_steps": args.max_steps,
+        "recipe": stamp(arm, args),
+        "run_dir": str(run_dir),
+        "adapter": str(adapter),
+        "rl_s": time.time() - started,
+        "step_s": step_seconds(str(run_dir)),
+    }
+
+
+def stamp(arm: str, args: argparse.Namespace) -> str:
+    """What a run was made with: its recipe's settings, the extra train.rl arguments, the bootstrap's."""
+    return f"{settings_of(ARMS[arm])} {args.rl_args} {args.arm_args.get(arm, '')} | {args.bootstrap}"
+
+
+def seen_file(seed: int, policy: Path, args: argparse.Namespace) -> Path:
+    """Every query of the seed's training world that some arm may train on, as label-free rows: the
+    evaluation calls an evaluation query that is among them seen."""
+    from data.records import write_jsonl
+    from data.shapes.tasks import load_shapes_tasks
+    from train.recipe.mixture import withhold_labels
+
+    path = Path(args.out) / f"seed{seed}" / "seen_queries.jsonl"
+    tasks = load_shapes_tasks(policy / "world", ["train", "heldout", "winoground", "sugarcrepe", "refcoco"])
+    write_jsonl(path, [withhold_labels(ex) for exs in tasks.values() for ex in exs])
+    return path
+
+
+def evaluate_seed(seed: int, policy: Path, records: list[dict], args: argparse.Namespace) -> dict:
+    """One evaluation of the policy before RL and every arm's adapter of this seed."""
+    from train.evaluation.pipeline import EvalConfig, evaluate
+    from train.recipe.parsing import parse_config
+
+    out = Path(args.out) / f"seed{seed}" / "eval"
+    adapters = ",".join(f"{r['arm']}={r['adapter']}" for r in records)
+    seen = seen_file(seed, policy, args)
+    argv = [
+        "--config", str(EVAL_CONFIG),
+        "--policy", str(policy),
+        "--adapters", adapters,
+        "--shapes_root", str(eval_world(args)),
+        "--seen_from", str(seen),
+        "--out", str(out),
+        *shlex.split(args.eval_args),
+    ]  # fmt: skip
+    started = time.time()
+    report = evaluate(parse_config([EvalConfig], argv)[0])
+    return {
+        "seed": seed,
+        "arms": sorted(r["arm"] for r in records),
+        "eval_config": settings_of(EVAL_CONFIG) + " " + args.eval_args,
+        "predictions": str(report["paths"]["predictions"]),
+        "seen_from": str(seen),
+        "runs": sorted(r["run_dir"] for r in records),
+        "exceptions": {
+            policy: {ds: seeds[min(seeds)].rates["exception_rate"] for ds, seeds in by_mode["single"].items()}
+            for policy, by_mode in report["results"].items()
+        },
+        "eval_s": time.time() - started,
+    }
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default: 0,1,2)")
+    parser.add_argument("--max_steps", type=int, default=250, help="RL steps of every arm (default: 250)")
+    parser.add_argument("--out", default="runs/transfer", help="folder of the policies, runs and figures")
+    parser.add_argument("--arms", default=DEFAULT_ARMS, help=f"comma list of {', '.join(ARMS)}")
+    parser.add_argument("--bootstrap", default=BOOTSTRAP, help="train.bootstrap arguments of every seed's policy")
+    parser.add_argument("--rl_args", default="", help="more train.rl arguments for every arm")
+    parser.add_argument(
+        "--arm_args",
+        action="append",
+        default=[],
+        help="more train.rl arguments for one arm, ARM=ARGS (repeatable), e.g. 'adapt_itm=--learning_rate 1e-3'",
+    )
+    parser.add_argument("--eval_args", default="", help="more train.evaluation arguments, e.g. '--limit 40'")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads of RL (default 1: the tiny policy is fastest on one)"
+    )
+    parser.add_argument("--eval_world", default="", help='JSON sizes of the evaluation world, e.g. {"val": 40}')
+    args = parser.parse_args(argv)
+    pairs = [text.partition("=") for text in args.arm_args]
+    if any(not sep or name not in ARMS for name, sep, _ in pairs):
+        parser.error(f"--arm_args: expected ARM=ARGS with ARM one of {list(ARMS)}, got {args.arm_args}")
+    args.arm_args = {name: rest for name, _, rest in pairs}
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        parser.error(f"--arms: unknown {unknown}; valid: {list(ARMS)}")
+    if args.max_steps < 1:
+        parser.error("--max_steps: must be a positive integer")
+    world_seed = {**EVAL_WORLD, **json.loads(args.eval_world or "{}")}["seed"]
+    if world_seed in seeds:
+        parser.error(f"--seeds: {world_seed} is the evaluation world's seed; its items would be the training world's")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs_file, evals_file = out / "runs.jsonl", out / "evaluations.jsonl"
+    done = read_jsonl(runs_file)
+    stale = [r for r in done if r["arm"] in arms and r["seed"] in seeds and r["recipe"] != stamp(r["arm"], args)]
+    if stale:
+        sys.exit(f"transfer: {[r['run_dir'] for r in stale]} were trained with another recipe; move them away first")
+    evaluations = []
+    for seed in seeds:
+        policy = policy_for(seed, args)
+        mine = {r["arm"]: r for r in done if r["seed"] == seed and r["max_steps"] == args.max_steps}
+        for arm in arms:
+            if arm not in mine:
+                mine[arm] = train_arm(seed, arm, policy, args)
+                with open(runs_file, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(mine[arm]) + "\n")
+        records = [mine[a] for a in arms]
+        same = {"seed": seed, "arms": sorted(arms), "runs": sorted(r["run_dir"] for r in records)}
+        wanted = settings_of(EVAL_CONFIG) + " " + args.eval_args
+        found = [
+            e
+            for e in read_jsonl(evals_file)
+            if all(e.get(k) == v for k, v in same.items()) and e["eval_config"] == wanted
+        ]
+        if found:  # these very runs, evaluated under this evaluation config by an earlier call
+            evaluations.append(found[-1])
+            continue
+        evaluation = evaluate_seed(seed, policy, records, args)
+        with open(evals_file, "a", encoding="utf-8") as f:
+            f.write(json.dumps(evaluation) + "\n")
+        evaluations.append(evaluation)
+    runs = [
+        r
+        for r in read_jsonl(runs_file)
+        if r["seed"] in seeds and r["arm"] in arms and r["max_steps"] == args.max_steps
+    ]
+    summary = summarize(arms, evaluations, runs, eval_world(args))
+    summary.update(max_steps=args.max_steps, bootstrap=args.bootstrap, rl_args=args.rl_args)
+    (out / "transfer.json").write_text(json.dumps(summary, indent=2))
+    table = markdown(summary)
+    (out / "transfer.md").write_text(table + "\n")
+    heat_map(summary, out / "transfer.png")
+    print("\n" + table)
+    print(f"\nfigures: {out / 'transfer.json'}, {out / 'transfer.md'}, {out / 'transfer.png'}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
