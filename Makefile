@@ -35,7 +35,7 @@ test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q $(PYTEST_ARGS)
 
 quickstart: setup
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m train.quickstart
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m vprl.train.quickstart
 
 lint: setup
 	$(VENV)/bin/ruff check .

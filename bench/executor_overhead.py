@@ -32,14 +32,14 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.boxes import box_to_top_left  # noqa: E402
-from data.records import Example  # noqa: E402
-from executor.host import ToolHost  # noqa: E402
-from executor.runner import RunnerConfig, SyncRunner  # noqa: E402
-from executor.tools.base import ToolBackend  # noqa: E402
-from executor.tools.calls import ToolCall  # noqa: E402
-from executor.tools.images import ImageStore  # noqa: E402
-from executor.tools.oracle import OracleBackend  # noqa: E402
+from vprl.data.boxes import box_to_top_left  # noqa: E402
+from vprl.data.records import Example  # noqa: E402
+from vprl.executor.host import ToolHost  # noqa: E402
+from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402
+from vprl.executor.tools.base import ToolBackend  # noqa: E402
+from vprl.executor.tools.calls import ToolCall  # noqa: E402
+from vprl.executor.tools.images import ImageStore  # noqa: E402
+from vprl.executor.tools.oracle import OracleBackend  # noqa: E402
 
 COLORS = ["red", "green", "blue", "yellow", "black", "white"]
 NAMES = ["cat", "dog", "ball", "cup", "car"]

@@ -4,13 +4,13 @@ label-free unit-test reward with the same step budget. Prints figures; asserts n
     python bench/learning.py [--seeds 0,1,2] [--max_steps 250] [--out runs/learning]
                              [--rewards correctness,unit_tests]
 
-Per seed: the tiny policy bootstrapped with that seed (`train.bootstrap`, cached per seed), then per
+Per seed: the tiny policy bootstrapped with that seed (`vprl.train.bootstrap`, cached per seed), then per
 reward the quickstart's RL and its evaluation before and after on the evaluation world (the
 training families split into queries never trained on and queries that were, the held-out families,
 image-text matching, grounding). Then, per reward and dataset:
 
 - the gain (after − before, points) as mean ± std over seeds and a 95 % interval from a two-level
-  bootstrap (seeds, then questions; `train.evaluation.gains`), without and with the fallback;
+  bootstrap (seeds, then questions; `vprl.train.evaluation.gains`), without and with the fallback;
 - the exception rate before and after;
 - the label-free reward's gain as a share of the correctness reward's, same seeds and questions;
 - RL time of the label-free reward over the correctness reward's, per seed: the summed per-step
@@ -38,9 +38,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.shapes.tasks import load_shapes_tasks  # noqa: E402
-from train.evaluation.gains import paired_gain, question_scores, share_of_gain  # noqa: E402
-from train.evaluation.seen import seen_queries, split_seen  # noqa: E402
+from vprl.data.shapes.tasks import load_shapes_tasks  # noqa: E402
+from vprl.train.evaluation.gains import paired_gain, question_scores, share_of_gain  # noqa: E402
+from vprl.train.evaluation.seen import seen_queries, split_seen  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = {
@@ -55,7 +55,7 @@ OTHER = ("shapes:winoground", "shapes:sugarcrepe", "shapes:refcoco")
 def run_seed(seed: int, reward: str, args: argparse.Namespace, variant: Variant | None = None) -> dict:
     """The quickstart for one seed and reward (or an ablation of its recipe); its evaluation
     report and timing."""
-    from train.quickstart import main as quickstart
+    from vprl.train.quickstart import main as quickstart
 
     out = Path(args.out)
     started = time.time()
@@ -86,7 +86,7 @@ def run_seed(seed: int, reward: str, args: argparse.Namespace, variant: Variant 
 
 @dataclass(frozen=True)
 class Variant:
-    """An ablation: one reward's recipe with more train.rl arguments (`NAME=REWARD:ARGS`)."""
+    """An ablation: one reward's recipe with more vprl.train.rl arguments (`NAME=REWARD:ARGS`)."""
 
     name: str
     reward: str
@@ -138,7 +138,7 @@ def _stamp_of(label: str, variants: dict[str, Variant]) -> str:
 
 def reevaluate(record: dict, args: argparse.Namespace) -> dict:
     """Evaluate a record's adapter again with today's evaluation config (RL is not repeated)."""
-    from train.quickstart import QuickstartConfig, evaluate_before_after
+    from vprl.train.quickstart import QuickstartConfig, evaluate_before_after
 
     out = Path(args.out)
     policy = out / f"policy_seed{record['seed']}"
@@ -163,7 +163,7 @@ def step_seconds(run_dir: str) -> float:
 
 
 def _headlines(results: dict) -> dict:
-    from train.evaluation.metrics import headline_value
+    from vprl.train.evaluation.metrics import headline_value
 
     return {
         policy: {

@@ -3,14 +3,14 @@
     python bench/lora_merge_drift.py [--syncs 256] [--width 4096] [--rank 16] [--alpha 32] [--lr 2e-4]
 
 One Llama-7B-shaped projection (`q_proj`, width x width, bf16, init std 0.02) with a LoRA adapter
-as `train.policy.loading` makes it (float32 adapter weights, r 16, alpha 32). The adapter is trained
+as `vprl.train.policy.loading` makes it (float32 adapter weights, r 16, alpha 32). The adapter is trained
 with Adam to move the layer towards a rank-r target (the loss reads the adapter's path alone, so a
 step costs little on a CPU), and after every optimizer step the same adapter is synced from two
 copies of the layer:
 
 * trl (`VLLMGeneration._iter_named_params`, the plain PEFT path): `merge_adapter()`, read the
   weights, `unmerge_adapter()`, in place on the bf16 base;
-* `train.online.weight_sync.merged_weight`: `W + scale·B·A` in float32, rounded once, out of place.
+* `vprl.train.online.weight_sync.merged_weight`: `W + scale·B·A` in float32, rounded once, out of place.
 
 At each checkpoint it prints, for each: the share of base weights that are no longer the
 checkpoint's, the largest change, the change's Frobenius norm relative to the base and relative to
@@ -26,7 +26,7 @@ import time
 import torch
 from torch import nn
 
-from train.online.weight_sync import merged_weight
+from vprl.train.online.weight_sync import merged_weight
 
 
 class Projection(nn.Module):

@@ -3,7 +3,7 @@
     python bench/oracle_accuracy.py [--world DIR] [--seed 0] [--json OUT.json]
 
 1. the shapes world's gold GQA programs (train, val and held-out questions of a world from
-   `python -m data.shapes`; built into a temporary folder with the default sizes unless `--world`
+   `python -m vprl.data.shapes`; built into a temporary folder with the default sizes unless `--world`
    names one): exact match of the answer after lower-casing;
 2. the GQA-style programs of `tests/fixtures/oracle_gqa_programs.jsonl` on the hand-made scene
    graphs of `tests/fixtures/oracle_gqa_scenes.json`, written in the style of the ViperGPT,
@@ -12,8 +12,8 @@
    its faults, or "after" it, as a check that the rewrite was not fitted to the first batch), and
    every miss with what the oracle answered.
 
-Programs run in-process (`executor.program.run_in_process`, no sandbox) against the oracle built
-from the scene graphs, as `python -m executor.run --sandbox none --tools configs/tools/oracle.yaml`
+Programs run in-process (`vprl.executor.program.run_in_process`, no sandbox) against the oracle built
+from the scene graphs, as `python -m vprl.executor.run --sandbox none --tools configs/tools/oracle.yaml`
 would run them; a program the oracle makes fail counts as wrong.
 """
 
@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.tasks import load_shapes_tasks, scene_graph_files
-from executor.api import SourceImage
-from executor.program import run_in_process
-from executor.tools.images import ImageStore
-from executor.tools.local import LocalToolClient
-from executor.tools.stack import build_backend
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.tasks import load_shapes_tasks, scene_graph_files
+from vprl.executor.api import SourceImage
+from vprl.executor.program import run_in_process
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.stack import build_backend
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "tools" / "oracle.yaml"

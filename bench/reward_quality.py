@@ -6,7 +6,7 @@
 
 On a generated shapes world (built in a temporary folder unless `--world` names one):
 
-1. pairs: a question's gold program and one mutant of it (`data.shapes.mutations`: flipped
+1. pairs: a question's gold program and one mutant of it (`vprl.data.shapes.mutations`: flipped
    comparisons, left/right, wrong index, wrong attribute, ...) or, on yes/no questions, a program
    that always answers "yes" (or "no"), on the same example, kept only where the wrong program is
    actually wrong there (its correctness is below the gold's); at least `--pairs`;
@@ -36,16 +36,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.records import Example  # noqa: E402
-from data.shapes import BuildConfig, build_dataset, load_gold_programs  # noqa: E402
-from data.shapes.mutations import mutate  # noqa: E402
-from data.shapes.tasks import load_shapes_tasks, scene_graph_files  # noqa: E402
-from executor.host import ToolHost  # noqa: E402
-from executor.runner import RunnerConfig, SyncRunner  # noqa: E402
-from executor.tools.stack import build_backend  # noqa: E402
-from rewards.compose import RewardComposer, RewardConfig  # noqa: E402
-from rewards.correctness import correctness  # noqa: E402
-from rewards.registry import reward_names  # noqa: E402
+from vprl.data.records import Example  # noqa: E402
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs  # noqa: E402
+from vprl.data.shapes.mutations import mutate  # noqa: E402
+from vprl.data.shapes.tasks import load_shapes_tasks, scene_graph_files  # noqa: E402
+from vprl.executor.host import ToolHost  # noqa: E402
+from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402
+from vprl.executor.tools.stack import build_backend  # noqa: E402
+from vprl.rewards.compose import RewardComposer, RewardConfig  # noqa: E402
+from vprl.rewards.correctness import correctness  # noqa: E402
+from vprl.rewards.registry import reward_names  # noqa: E402
 
 TASK_NAMES = ("val", "heldout", "winoground", "sugarcrepe", "refcoco")
 

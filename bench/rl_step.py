@@ -4,9 +4,9 @@ the shapes world, with execution overlapping the log-probability passes and with
     python bench/rl_step.py [--algorithm grpo|rloo] [--beta B] [--steps 4] [--prompts 4] [--generations 4]
                             [--max_new_tokens 96] [--policy DIR] [--world DIR] [--slots 2] [--only overlap|sequential]
 
-Without --policy it uses the bootstrapped tiny policy (`train.bootstrap.fit.ensure_tiny_policy`,
+Without --policy it uses the bootstrapped tiny policy (`vprl.train.bootstrap.fit.ensure_tiny_policy`,
 built and cached under runs/tiny_policy on first use) and the world it was trained on. The
-trainer is the entry point's own (`train.online.run.build_trainer`) with the real sandboxed
+trainer is the entry point's own (`vprl.train.online.run.build_trainer`) with the real sandboxed
 executor and `shapes` tools; timers wrap its methods:
 
     generation  sampling completions (trl's generate path, plus the stop-sequence cut)
@@ -73,7 +73,7 @@ def run_mode(cfg, prompted, composer, runner, out: Path, totals: dict[str, float
     """Train `cfg` for its steps; the figures of each step."""
     from transformers import TrainerCallback
 
-    from train.online.run import build_trainer
+    from vprl.train.online.run import build_trainer
 
     trainer, _ = build_trainer(cfg, prompted, composer, runner, out)
     adapter = trainer.reward_adapter
@@ -128,7 +128,7 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.policy is None:
-        from train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
+        from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
 
         policy = ensure_tiny_policy(BootstrapConfig())
         world = Path(args.world or policy / "world")
@@ -137,13 +137,13 @@ def main() -> None:
         if not args.world:
             ap.error("--world is needed with --policy")
 
-    from executor.host import ToolHost
-    from executor.runner import SyncRunner
-    from executor.tools.stack import build_backend
-    from rewards.compose import RewardComposer
-    from train.recipe.checks import validate
-    from train.recipe.data import build_prompts
-    from train.recipe.rl_config import parse_rl_config
+    from vprl.executor.host import ToolHost
+    from vprl.executor.runner import SyncRunner
+    from vprl.executor.tools.stack import build_backend
+    from vprl.rewards.compose import RewardComposer
+    from vprl.train.recipe.checks import validate
+    from vprl.train.recipe.data import build_prompts
+    from vprl.train.recipe.rl_config import parse_rl_config
 
     modes = [args.only] if args.only else list(MODES)
     out = Path(tempfile.mkdtemp(prefix="rl_step_"))

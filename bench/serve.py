@@ -32,14 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from data.shapes import BuildConfig, build_dataset, load_gold_programs  # noqa: E402
-from data.shapes.mutations import mutate  # noqa: E402
-from data.shapes.tasks import load_shapes_tasks  # noqa: E402
-from executor.backends import open_backend  # noqa: E402
-from executor.host import ToolHost  # noqa: E402
-from executor.runner import RunnerConfig, SyncRunner  # noqa: E402
-from executor.serve.deploy import deploy, undeploy  # noqa: E402
-from executor.tools.images import ImageStore  # noqa: E402
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs  # noqa: E402
+from vprl.data.shapes.mutations import mutate  # noqa: E402
+from vprl.data.shapes.tasks import load_shapes_tasks  # noqa: E402
+from vprl.executor.backends import open_backend  # noqa: E402
+from vprl.executor.host import ToolHost  # noqa: E402
+from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402
+from vprl.executor.serve.deploy import deploy, undeploy  # noqa: E402
+from vprl.executor.tools.images import ImageStore  # noqa: E402
 
 
 def throughput(root: Path, n_calls: int) -> None:

@@ -2,7 +2,7 @@
 
     python bench/shapes_tools.py [--train 2000] [--val 300] [--seed 0] [--workers 2]
 
-1. generation throughput of `python -m data.shapes` (questions and images per second);
+1. generation throughput of `python -m vprl.data.shapes` (questions and images per second);
 2. detection precision/recall of the `shapes` backend at IoU 0.5 against the scene graphs
    (boxes alone, and boxes with the right shape and colour);
 3. `vqa` accuracy of the `shapes` backend per question kind, asked about annotated objects;
@@ -20,16 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from data.boxes import iou
-from data.loaders import load_dataset, load_scene_graphs
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from executor.api import SourceImage
-from executor.program import run_in_process
-from executor.tools.calls import ToolCall
-from executor.tools.images import ImageStore
-from executor.tools.local import LocalToolClient
-from executor.tools.oracle import OracleBackend
-from executor.tools.shapes import ShapesBackend
+from vprl.data.boxes import iou
+from vprl.data.loaders import load_dataset, load_scene_graphs
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.executor.api import SourceImage
+from vprl.executor.program import run_in_process
+from vprl.executor.tools.calls import ToolCall
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.oracle import OracleBackend
+from vprl.executor.tools.shapes import ShapesBackend
 
 SCENE_FILES = (
     "gqa/train_sceneGraphs.json",

@@ -85,7 +85,7 @@ def _rss() -> int:
 def make_calls(tool: str, n: int, images: Any, size: tuple[int, int]) -> list[Any]:
     import numpy as np
 
-    from executor.tools.calls import ToolCall
+    from vprl.executor.tools.calls import ToolCall
 
     rng = np.random.default_rng(0)
     height, width = size
@@ -157,9 +157,9 @@ def install_real_size(backend: Any, tools: list[str], root: Path) -> None:
     from transformers.models.dpt.image_processing_pil_dpt import DPTImageProcessorPil
     from transformers.models.grounding_dino.image_processing_pil_grounding_dino import GroundingDinoImageProcessorPil
 
-    from executor.tools.hf import depth, detection, llm, matching, vqa
-    from executor.tools.hf.loading import resolve_device, torch_dtype
     from tests import tiny_models as tiny
+    from vprl.executor.tools.hf import depth, detection, llm, matching, vqa
+    from vprl.executor.tools.hf.loading import resolve_device, torch_dtype
 
     bert = tiny.wordpiece_tokenizer(root / "tok_wp")
     bpe = tiny.bpe_tokenizer(root / "tok_bpe", add_eos=True, max_length=77)
@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
 
-    from executor.tools.hf import HFBackend
-    from executor.tools.images import ImageStore
+    from vprl.executor.tools.hf import HFBackend
+    from vprl.executor.tools.images import ImageStore
 
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     torch.set_num_threads(max(1, torch.get_num_threads()))

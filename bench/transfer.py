@@ -4,8 +4,8 @@ target; evaluate each on every task; a table and a heat map with intervals over 
     python bench/transfer.py [--seeds 0,1,2] [--max_steps 250] [--out runs/transfer] [--arms a,b,...]
 
 Per seed: the tiny policy bootstrapped with weak image-text matching and grounding programs besides
-its VQA ones (`python -m train.bootstrap --tasks vqa itm grounding`, cached per seed); per arm, RL
-from it with the arm's recipe on the seed's world (`train.rl`); then one evaluation of the policy
+its VQA ones (`python -m vprl.train.bootstrap --tasks vqa itm grounding`, cached per seed); per arm, RL
+from it with the arm's recipe on the seed's world (`vprl.train.rl`); then one evaluation of the policy
 before RL and of every arm's adapter on a fresh world (seed 1001, no training seed's;
 `configs/eval/transfer_matrix.yaml`): the training families and the held-out families, each split
 into queries some arm trained on and queries none did, Winoground, SugarCREPE and RefCOCO. Arms:
@@ -19,7 +19,7 @@ into queries some arm trained on and queries none did, Winoground, SugarCREPE an
 
 A cell is the gain after - before in points, in the unit each dataset's headline counts (a question,
 a Winoground group, a SugarCREPE entry, a referring expression at IoU >= 0.5): mean +- std over seeds
-and a 95 % interval from the two-level bootstrap (seeds, then units; `train.evaluation.gains`).
+and a 95 % interval from the two-level bootstrap (seeds, then units; `vprl.train.evaluation.gains`).
 Figures go to `<out>/transfer.json`, `<out>/transfer.md` and `<out>/transfer.png`; records of
 finished runs to `<out>/runs.jsonl`, so an interrupted call resumes where it stopped.
 """
@@ -59,8 +59,8 @@ EVAL_WORLD = {"seed": 1001, "val": 320, "winoground": 40, "sugarcrepe": 8, "refc
 
 
 def policy_for(seed: int, args: argparse.Namespace) -> Path:
-    from train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
-    from train.recipe.parsing import parse_config
+    from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
+    from vprl.train.recipe.parsing import parse_config
 
     out = Path(args.out) / f"policy_seed{seed}"
     (cfg,) = parse_config([BootstrapConfig], ["--out", str(out), "--seed", str(seed), *shlex.split(args.bootstrap)])
@@ -68,7 +68,7 @@ def policy_for(seed: int, args: argparse.Namespace) -> Path:
 
 
 def eval_world(args: argparse.Namespace) -> Path:
-    from data.shapes import BuildConfig, build_dataset
+    from vprl.data.shapes import BuildConfig, build_dataset
 
     root = Path(args.out) / "shapes_eval"
     wanted = {**EVAL_WORLD, **json.loads(args.eval_world or "{}")}
@@ -81,7 +81,7 @@ def eval_world(args: argparse.Namespace) -> Path:
 
 
 def train_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
-    from train.rl import main as rl_main
+    from vprl.train.rl import main as rl_main
 
     run_dir = Path(args.out) / f"seed{seed}" / arm
     started = time.time()
@@ -110,16 +110,16 @@ def train_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> di
 
 
 def stamp(arm: str, args: argparse.Namespace) -> str:
-    """What a run was made with: its recipe's settings, the extra train.rl arguments, the bootstrap's."""
+    """What a run was made with: its recipe's settings, the extra vprl.train.rl arguments, the bootstrap's."""
     return f"{settings_of(ARMS[arm])} {args.rl_args} {args.arm_args.get(arm, '')} | {args.bootstrap}"
 
 
 def seen_file(seed: int, policy: Path, args: argparse.Namespace) -> Path:
     """Every query of the seed's training world that some arm may train on, as label-free rows: the
     evaluation calls an evaluation query that is among them seen."""
-    from data.records import write_jsonl
-    from data.shapes.tasks import load_shapes_tasks
-    from train.recipe.mixture import withhold_labels
+    from vprl.data.records import write_jsonl
+    from vprl.data.shapes.tasks import load_shapes_tasks
+    from vprl.train.recipe.mixture import withhold_labels
 
     path = Path(args.out) / f"seed{seed}" / "seen_queries.jsonl"
     tasks = load_shapes_tasks(policy / "world", ["train", "heldout", "winoground", "sugarcrepe", "refcoco"])
@@ -129,8 +129,8 @@ def seen_file(seed: int, policy: Path, args: argparse.Namespace) -> Path:
 
 def evaluate_seed(seed: int, policy: Path, records: list[dict], args: argparse.Namespace) -> dict:
     """One evaluation of the policy before RL and every arm's adapter of this seed."""
-    from train.evaluation.pipeline import EvalConfig, evaluate
-    from train.recipe.parsing import parse_config
+    from vprl.train.evaluation.pipeline import EvalConfig, evaluate
+    from vprl.train.recipe.parsing import parse_config
 
     out = Path(args.out) / f"seed{seed}" / "eval"
     adapters = ",".join(f"{r['arm']}={r['adapter']}" for r in records)
@@ -171,15 +171,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max_steps", type=int, default=250, help="RL steps of every arm (default: 250)")
     parser.add_argument("--out", default="runs/transfer", help="folder of the policies, runs and figures")
     parser.add_argument("--arms", default=DEFAULT_ARMS, help=f"comma list of {', '.join(ARMS)}")
-    parser.add_argument("--bootstrap", default=BOOTSTRAP, help="train.bootstrap arguments of every seed's policy")
-    parser.add_argument("--rl_args", default="", help="more train.rl arguments for every arm")
+    parser.add_argument("--bootstrap", default=BOOTSTRAP, help="vprl.train.bootstrap arguments of every seed's policy")
+    parser.add_argument("--rl_args", default="", help="more vprl.train.rl arguments for every arm")
     parser.add_argument(
         "--arm_args",
         action="append",
         default=[],
-        help="more train.rl arguments for one arm, ARM=ARGS (repeatable), e.g. 'adapt_itm=--learning_rate 1e-3'",
+        help="more vprl.train.rl arguments for one arm, ARM=ARGS (repeatable), e.g. 'adapt_itm=--learning_rate 1e-3'",
     )
-    parser.add_argument("--eval_args", default="", help="more train.evaluation arguments, e.g. '--limit 40'")
+    parser.add_argument("--eval_args", default="", help="more vprl.train.evaluation arguments, e.g. '--limit 40'")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads of RL (default 1: the tiny policy is fastest on one)"
     )

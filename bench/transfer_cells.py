@@ -1,7 +1,7 @@
 """The transfer matrix's cells (`bench/transfer.py`): per-unit scores from an evaluation's
 predictions, gains with intervals over seeds, the markdown table and the heat map.
 
-A unit is what a dataset's headline counts, scored by `train.evaluation.official` on that unit
+A unit is what a dataset's headline counts, scored by `vprl.train.evaluation.official` on that unit
 alone, so the mean over units is the headline: a balanced GQA-style question (exact string match),
 a Winoground group (group score), a SugarCREPE entry (positive scored above negative; the headline
 is the mean over categories, the same when categories hold as many entries, as the shapes world's
@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data.loaders.gqa import is_balanced
-from data.records import Example
-from data.shapes.tasks import load_shapes_tasks
-from train.evaluation import official
-from train.evaluation.gains import PREDICTION_FIELDS, paired_gain
-from train.evaluation.metrics import Prediction
-from train.evaluation.seen import seen_queries, split_seen
+from vprl.data.loaders.gqa import is_balanced
+from vprl.data.records import Example
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.train.evaluation import official
+from vprl.train.evaluation.gains import PREDICTION_FIELDS, paired_gain
+from vprl.train.evaluation.metrics import Prediction
+from vprl.train.evaluation.seen import seen_queries, split_seen
 
 DATASETS = (
     "shapes:val-unseen",

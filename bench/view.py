@@ -3,10 +3,10 @@
     python bench/view.py [--sizes 1000 10000 100000] [--train 400] [--limit 400]
 
 A shapes world is built at GQA's image size (500x375), and its gold programs and their plausible
-mutants (`data.shapes.mutations`, plus a crash and a syntax error) are run in-process with the
+mutants (`vprl.data.shapes.mutations`, plus a crash and a syntax error) are run in-process with the
 `shapes` tools: real programs, real tool-call traces. A run folder of N rollouts is made from them
 (GRPO groups of 8 samples of one question, 8 questions a step, as in the GQA recipes) and
-`python -m train.view` writes its page, cold (no picture made before). Printed per N: the write
+`python -m vprl.train.view` writes its page, cold (no picture made before). Printed per N: the write
 time, the page's size (HTML, data.js, pictures) and, where Chromium is installed, the time until the
 page has rendered its first cards. Last, the disk the traces (`rollout_traces: true`) add to
 rollouts.jsonl per 10,000 rollouts.
@@ -41,14 +41,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def programs_and_traces(world: Path) -> list[tuple]:
     """(example, program, outcome, trace) for every gold program and its variants."""
-    from data.shapes import load_gold_programs
-    from data.shapes.mutations import mutate
-    from data.shapes.tasks import load_shapes_tasks
-    from executor.api import SourceImage
-    from executor.program import run_in_process
-    from executor.tools.images import ImageStore
-    from executor.tools.local import LocalToolClient
-    from executor.tools.shapes import ShapesBackend
+    from vprl.data.shapes import load_gold_programs
+    from vprl.data.shapes.mutations import mutate
+    from vprl.data.shapes.tasks import load_shapes_tasks
+    from vprl.executor.api import SourceImage
+    from vprl.executor.program import run_in_process
+    from vprl.executor.tools.images import ImageStore
+    from vprl.executor.tools.local import LocalToolClient
+    from vprl.executor.tools.shapes import ShapesBackend
 
     examples = load_shapes_tasks(world, ["train"])["train"]
     gold = load_gold_programs(world)["vqa"]
@@ -70,9 +70,9 @@ def write_run(folder: Path, world: Path, pool: list[tuple], n: int, traces: bool
     """A run folder of `n` rollouts drawn from `pool`, grouped as GRPO groups them."""
     import yaml
 
-    from executor.program import program_key
-    from rewards.correctness import correctness
-    from train.rollouts.log import RolloutLog, RolloutRow
+    from vprl.executor.program import program_key
+    from vprl.rewards.correctness import correctness
+    from vprl.train.rollouts.log import RolloutLog, RolloutRow
 
     by_example: dict[str, list[tuple]] = {}
     for item in pool:
@@ -136,8 +136,8 @@ def open_seconds(page: Path) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from data.shapes import BuildConfig, build_dataset
-    from train.view import ViewOptions, build_view
+    from vprl.data.shapes import BuildConfig, build_dataset
+    from vprl.train.view import ViewOptions, build_view
 
     args = parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-view-"))

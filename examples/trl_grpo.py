@@ -1,7 +1,7 @@
 """GRPO in a plain trl script with vprl's rewards: the programs run sandboxed against the shapes
 world's vision tools and are scored by correctness and visual unit tests.
 
-    python -m data.shapes --out world
+    python -m vprl.data.shapes --out world
     python examples/trl_grpo.py --model codellama/CodeLlama-7b-Python-hf --world world  [--cpu]
 """
 
@@ -9,11 +9,11 @@ import argparse
 
 from trl import GRPOConfig, GRPOTrainer
 
-from train.integrations.for_trl import load_examples, program_rewards, trl_dataset
+from vprl.train.integrations.for_trl import load_examples, program_rewards, trl_dataset
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--model", required=True, help="a causal code LM: hub name or folder")
-parser.add_argument("--world", required=True, help="a shapes world (python -m data.shapes --out DIR)")
+parser.add_argument("--world", required=True, help="a shapes world (python -m vprl.data.shapes --out DIR)")
 parser.add_argument("--out", default="runs/trl_grpo", help="trl's output folder")
 parser.add_argument("--layout", default="stanic", help="prompt layout; bare for a tiny policy")
 parser.add_argument("--steps", type=int, default=2, help="optimizer steps")

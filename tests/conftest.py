@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from executor.tools.images import ImageStore
+from vprl.executor.tools.images import ImageStore
 
 HALVES_H, HALVES_W = 100, 200
 

@@ -1,8 +1,8 @@
 """Shared pieces of the evaluation tests: a small shapes world and a scripted policy.
 
-`ScriptedPolicy` is a `train.sampling.generator.Generator` test double standing in for "a policy that
+`ScriptedPolicy` is a `vprl.train.sampling.generator.Generator` test double standing in for "a policy that
 makes mistakes": for each prompt it writes the shapes world's gold program (`load_gold_programs`)
-or a plausible wrong one (`data.shapes.mutations.mutate`, a crash, or a too-tight crop). That is
+or a plausible wrong one (`vprl.data.shapes.mutations.mutate`, a crash, or a too-tight crop). That is
 legitimate for testing the inference modes, which only ever see programs, never how they were
 produced; it lets the tests know the quality of each program a mode picks from. A real policy
 (the tiny Llama) drives the end-to-end CLI test.
@@ -15,9 +15,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.mutations import mutate
-from train.sampling.generator import SamplingSettings
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.mutations import mutate
+from vprl.train.sampling.generator import SamplingSettings
 
 MISTAKES = ("mutant", "crash", "tight_crop")
 # The gold line `obj = image_patch.find("X")[0]` of the single-object families.
@@ -125,9 +125,9 @@ class ScriptedPolicy:
 
 def build_tiny_llama(out, world, context: int = 256, adapter_out=None) -> str:
     """A random tiny Llama with a tokenizer trained on the world's bare prompts and gold programs
-    (train.policy.tiny), saved to `out`; with `adapter_out`, also a fresh LoRA adapter on it."""
-    from train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
-    from train.prompts import PromptConfig, PromptTemplate
+    (vprl.train.policy.tiny), saved to `out`; with `adapter_out`, also a fresh LoRA adapter on it."""
+    from vprl.train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
+    from vprl.train.prompts import PromptConfig, PromptTemplate
 
     template = PromptTemplate.from_config(PromptConfig(layout="bare"))
     texts = [template.build(q) + "\n" + p for q, p in all_gold(world).items()]

@@ -5,7 +5,7 @@ completes a stop string or the EOS, and each drawn token's *processed* log-proba
 renormalised over the tokens kept.
 
 Its filters are written from vLLM's sampler (temperature, then min-p, then top-k and top-p in one
-sort), independently of `train.online.sampler_logprobs`, so a test comparing the two is not circular.
+sort), independently of `vprl.train.online.sampler_logprobs`, so a test comparing the two is not circular.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ model is wrapped in DDP, silently. PyTorch's FSDP2 (`fully_shard`) itself works 
 gloo, so this wrapper changes that one decision, nothing else: the launcher, the FSDP plugin built
 from the config file, trl, peft and the training script run as they would on GPUs.
 
-Usage: accelerate launch --config_file fsdp.yaml tests/fsdp_cpu_launch.py train/rl.py --config ...
+Usage: accelerate launch --config_file fsdp.yaml tests/fsdp_cpu_launch.py vprl/train/rl.py --config ...
 """
 
 from __future__ import annotations

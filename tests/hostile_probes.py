@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from test_sandbox import SECRET_ANSWER, SECRET_ENV
 
-from executor.sandbox import seccomp
+from vprl.executor.sandbox import seccomp
 
 PWNED = "/tmp/vprl_pwned"  # no probe may create this on the host
 TIMEOUT = 1.0
@@ -229,7 +229,7 @@ PROBES = [
     ),
     P("raw_socket_module", "network", "    import _socket\n    return 1", "runtime_error"),
     P("dns", "network", "    import socket\n    return socket.gethostbyname('example.com')", "runtime_error"),
-    # -- kernel interfaces (the seccomp filter, executor/sandbox/seccomp.py) -----------------------
+    # -- kernel interfaces (the seccomp filter, vprl/executor/sandbox/seccomp.py) -----------------------
     K("add_key_session_keyring", ADD_KEY_READ_BACK.format(add_key=_nr("add_key"), keyctl=_nr("keyctl"), ring=-3)),
     K("add_key_user_keyring", ADD_KEY_READ_BACK.format(add_key=_nr("add_key"), keyctl=_nr("keyctl"), ring=-4)),
     K("keyctl_user_keyring", errno_of(f"libc.syscall({_nr('keyctl')}, 0, -4, 1)")),  # KEYCTL_GET_KEYRING_ID
@@ -337,13 +337,13 @@ PROBES = [
     P(
         "raw_invalid_box",
         "api",
-        "    from executor.api.context import current_client\n    return current_client().call('detect', image.ref, (0, 0, 10**6, 5), {'noun': 'cat'})",
+        "    from vprl.executor.api.context import current_client\n    return current_client().call('detect', image.ref, (0, 0, 10**6, 5), {'noun': 'cat'})",
         "runtime_error",
     ),
     P(
         "forged_image_ref",
         "api",
-        "    from executor.api.context import current_client\n    return current_client().call('vqa', 'f' * 20, None, {'question': 'what?'})",
+        "    from vprl.executor.api.context import current_client\n    return current_client().call('vqa', 'f' * 20, None, {'question': 'what?'})",
         "runtime_error",
     ),
     P(

@@ -1,6 +1,6 @@
 """Helpers shared by the ReST and vLLM-generation tests.
 
-- a tiny random causal LM with a LoRA adapter, built offline by `train.policy.tiny`: its byte-level
+- a tiny random causal LM with a LoRA adapter, built offline by `vprl.train.policy.tiny`: its byte-level
   BPE trained here on program text (prompts and programs take few tokens) and a 2-layer Llama with
   random weights (it writes noise, not programs);
 - a small shapes world with three training questions and their gold programs;
@@ -26,8 +26,8 @@ CODE_CORPUS = [
 
 
 def build_tokenizer(out_dir: str | Path, corpus: list[str] | None = None, chat_template: str | None = None) -> Any:
-    """`train.policy.tiny`'s BPE tokenizer trained on `corpus` and a few program lines; saved to `out_dir`."""
-    from train.policy.tiny import train_tokenizer
+    """`vprl.train.policy.tiny`'s BPE tokenizer trained on `corpus` and a few program lines; saved to `out_dir`."""
+    from vprl.train.policy.tiny import train_tokenizer
 
     fast = train_tokenizer((corpus or []) + CODE_CORPUS * 4, vocab_size=600, context=4096)
     if chat_template:
@@ -47,7 +47,7 @@ def build_policy(
     """(peft-wrapped tiny Llama, tokenizer); the base checkpoint is saved under `out_dir`."""
     from peft import LoraConfig, get_peft_model
 
-    from train.policy.tiny import TinyModelConfig, build_model
+    from vprl.train.policy.tiny import TinyModelConfig, build_model
 
     out_dir = Path(out_dir)
     tok = build_tokenizer(out_dir, corpus)
@@ -82,8 +82,8 @@ def prompt_for(query: str) -> str:
 
 def build_world(root: str | Path) -> tuple[Path, list[Any], list[str]]:
     """(world root, three training examples, their gold programs)."""
-    from data.shapes import BuildConfig, build_dataset, load_gold_programs
-    from data.shapes.tasks import load_shapes_tasks
+    from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+    from vprl.data.shapes.tasks import load_shapes_tasks
 
     root = Path(root)
     build_dataset(BuildConfig(out=str(root), train=10, val=2, winoground=1, sugarcrepe=1, refcoco=1, seed=3))
@@ -95,11 +95,11 @@ def build_world(root: str | Path) -> tuple[Path, list[Any], list[str]]:
 @contextmanager
 def oracle_scorer(root: Path) -> Iterator[Any]:
     """A `ProgramScorer` over the sandboxed runner, the oracle tools and the correctness reward."""
-    from executor.host import ToolHost
-    from executor.runner import RunnerConfig, SyncRunner
-    from executor.tools.stack import build_backend
-    from rewards.compose import RewardComposer, RewardConfig
-    from train.rollouts.scorer import ProgramScorer
+    from vprl.executor.host import ToolHost
+    from vprl.executor.runner import RunnerConfig, SyncRunner
+    from vprl.executor.tools.stack import build_backend
+    from vprl.rewards.compose import RewardComposer, RewardConfig
+    from vprl.train.rollouts.scorer import ProgramScorer
 
     backend = build_backend({"backend": "oracle", "scene_graphs": str(root / "gqa" / "train_sceneGraphs.json")})
     with SyncRunner(ToolHost(backend), RunnerConfig(slots=2)) as runner:
@@ -114,7 +114,7 @@ def pools_for(world) -> dict[str, list[str]]:
     """Completions per prompt. q0: gold, a reformatted copy of gold (same AST, so deduplicated), a
     wrong answer, a crash; q1: gold among wrong answers; q2: wrong answers only (all rewards equal:
     a zero-variance group)."""
-    from train.rest.sft import program_body
+    from vprl.train.rest.sft import program_body
 
     _, examples, gold = world
     bodies = [program_body(g) for g in gold]
@@ -145,6 +145,6 @@ class PoolGenerator:
 
 def sft_args(out_dir, **changes):
     """The recipe's SFT arguments (`SFTArgs`, the ViUniT defaults) as a test's ReST loop takes them."""
-    from train.recipe.trainer_args import SFTArgs
+    from vprl.train.recipe.trainer_args import SFTArgs
 
     return SFTArgs(output_dir=str(out_dir), report_to="none", disable_tqdm=True, **changes)

@@ -1,7 +1,7 @@
 """One process of tests/test_rest_ranks.py's ReST run under `accelerate launch --num_processes 2`.
 
 Every process builds the same tiny policy, runs its own sandboxed executor with the oracle tools and a
-`PoolGenerator` (tests/rest_helpers.py), and calls `run_rest` as `train.rest.run` does. It records what
+`PoolGenerator` (tests/rest_helpers.py), and calls `run_rest` as `vprl.train.rest.run` does. It records what
 it sampled, what it trained on (the SFT examples handed to the trainer) and its adapter weights at the
 end, in `<out>/rank-<i>.json`, for the test to compare across processes.
 
@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 from rest_helpers import PoolGenerator, build_policy, lora_sum, oracle_scorer, pools_for, prompt_for, sft_args
 
-from data.shapes import load_gold_programs
-from data.shapes.tasks import load_shapes_tasks
-from train.recipe.sections import RestArgs
-from train.rest import loop
-from train.rest.sft import sft_state
-from train.rollouts.log import RolloutLog
+from vprl.data.shapes import load_gold_programs
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.train.recipe.sections import RestArgs
+from vprl.train.rest import loop
+from vprl.train.rest.sft import sft_state
+from vprl.train.rollouts.log import RolloutLog
 
 
 def main(world_root: Path, out: Path) -> None:

@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostile_probes import CLONE_CHILD_EXITS, MAX_RPCS, PROBES, TIMEOUT, K, P, errno_of, source_of  # noqa: E402
 from test_sandbox import SECRET_ANSWER, SECRET_ENV, make_world  # noqa: E402
 
-from executor.runner import RunnerConfig, SyncRunner  # noqa: E402
-from executor.sandbox import seccomp  # noqa: E402
-from executor.sandbox.connection import SandboxUnavailable  # noqa: E402
+from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402
+from vprl.executor.sandbox import seccomp  # noqa: E402
+from vprl.executor.sandbox.connection import SandboxUnavailable  # noqa: E402
 
 CONDITIONS = ("container_root", "unprivileged", "unprivileged_no_landlock", "root_without_setuid")
 NORMAL = (
@@ -261,7 +261,7 @@ def main(condition: str, sandbox: str, out: str, only: str = "") -> int:
             deny(NO_LANDLOCK)
     _prctl(36, 1)  # a child subreaper: whatever a sandbox leaves behind stays ours to find
     handler = Lines()
-    logging.getLogger("executor").addHandler(handler)
+    logging.getLogger("vprl.executor").addHandler(handler)
     os.environ["VPRL_FAKE_HF_TOKEN"] = SECRET_ENV  # must never reach a sandbox
     world = Path(tempfile.mkdtemp(prefix="vprl-restricted-"))
     host, examples = make_world(world)

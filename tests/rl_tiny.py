@@ -30,23 +30,23 @@ RECIPE_BASE = {
 
 
 def build_world(root: Path) -> Path:
-    from data.shapes import BuildConfig, build_dataset
+    from vprl.data.shapes import BuildConfig, build_dataset
 
     build_dataset(BuildConfig(out=str(root), workers=1, **WORLD))
     return root
 
 
 def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0, tail: str | None = None) -> Path:
-    """A 2-layer Llama (hidden 64) with `train.policy.tiny`'s BPE tokenizer trained on the world's
+    """A 2-layer Llama (hidden 64) with `vprl.train.policy.tiny`'s BPE tokenizer trained on the world's
     prompts and gold programs, fitted briefly on them; saved as a model folder. With `tail`, every
     other program is followed by `tail` instead of EOS, as a code LLM writes on past the function
     (the next query), so that the stop sequences have something to cut."""
     import torch
 
-    from data.shapes import load_gold_programs
-    from data.shapes.tasks import load_shapes_tasks
-    from train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
-    from train.prompts import PromptConfig, PromptTemplate
+    from vprl.data.shapes import load_gold_programs
+    from vprl.data.shapes.tasks import load_shapes_tasks
+    from vprl.train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
+    from vprl.train.prompts import PromptConfig, PromptTemplate
 
     examples = load_shapes_tasks(world, ["train"])["train"]
     gold = load_gold_programs(world)["vqa"]

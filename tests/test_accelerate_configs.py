@@ -50,7 +50,7 @@ def test_loads_with_accelerates_loader_and_every_key_is_known(path):
 
 def _launcher_env(path: Path) -> tuple[object, dict[str, str]]:
     """The arguments and the environment `accelerate launch --config_file PATH` gives its processes."""
-    args = launch_command_parser().parse_args(["--config_file", str(path), "train/rl.py"])
+    args = launch_command_parser().parse_args(["--config_file", str(path), "vprl/train/rl.py"])
     args, defaults, mixed_precision_from_config = _validate_launch_command(args)
     if args.use_deepspeed:
         fields = list(defaults.deepspeed_config) + (["mixed_precision"] if mixed_precision_from_config else [])
@@ -87,7 +87,7 @@ def test_the_launcher_accepts_it_and_builds_its_plugin(path):
 def test_a_run_that_silently_lost_its_sharding_warns(monkeypatch):
     from types import SimpleNamespace
 
-    from train.online.run import check_sharding
+    from vprl.train.online.run import check_sharding
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)

@@ -9,22 +9,22 @@ import re
 import numpy as np
 import pytest
 
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.mutations import mutate
-from data.shapes.tasks import load_shapes_tasks
-from executor.host import ToolHost
-from executor.program import program_key
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.stack import build_backend
-from rewards.compose import RewardComposer, RewardConfig
-from train.ace.__main__ import main
-from train.ace.from_run import aces_from_run, best_per_example
-from train.ace.records import Ace, AceError, select_diverse
-from train.ace.stanic import stanic_aces
-from train.prompts import PromptConfig, PromptTemplate, load_examples, read_examples
-from train.rollouts.log import RolloutLog, RolloutRow
-from train.rollouts.scorer import ProgramScorer
-from train.runs.folder import write_manifest
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.mutations import mutate
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.executor.host import ToolHost
+from vprl.executor.program import program_key
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.stack import build_backend
+from vprl.rewards.compose import RewardComposer, RewardConfig
+from vprl.train.ace.__main__ import main
+from vprl.train.ace.from_run import aces_from_run, best_per_example
+from vprl.train.ace.records import Ace, AceError, select_diverse
+from vprl.train.ace.stanic import stanic_aces
+from vprl.train.prompts import PromptConfig, PromptTemplate, load_examples, read_examples
+from vprl.train.rollouts.log import RolloutLog, RolloutRow
+from vprl.train.rollouts.scorer import ProgramScorer
+from vprl.train.runs.folder import write_manifest
 
 TOOL_STACK = {"file": "configs/tools/oracle.yaml", "config": {"backend": "oracle", "min_visible": 0.5}}
 
@@ -218,7 +218,7 @@ def test_stanic_procedure_scores_sorts_and_self_debugs(world, scorer, tmp_path):
     assert [a.step for a in report.aces] == [0, 0, 0, 0, 1, 1]
     assert len(log.read()) == 16
     out, preview = tmp_path / "stanic.jsonl", tmp_path / "stanic.md"
-    from train.ace.output import write_aces
+    from vprl.train.ace.output import write_aces
 
     write_aces(report, out)
     aces = read_examples(out)
@@ -232,7 +232,7 @@ def test_stanic_procedure_scores_sorts_and_self_debugs(world, scorer, tmp_path):
 def test_stanic_cli_runs_a_hf_policy(world, tmp_path, capsys):
     """The command end to end with a tiny random policy: it writes noise, so nothing scores and the
     command says so; every attempt is logged next to the output."""
-    from train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
+    from vprl.train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
 
     root, examples, gold = world
     # Trained on the prompt text too, so that prompts are short in tokens and the test stays fast.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from executor.api import (
+from vprl.executor.api import (
     ImagePatch,
     SourceImage,
     Video,
@@ -26,10 +26,10 @@ from executor.api import (
     sort_patches_front_to_back,
     sort_patches_left_to_right,
 )
-from executor.program import run_in_process
-from executor.tools.images import ImageStore
-from executor.tools.local import LocalToolClient
-from executor.tools.oracle import OracleBackend
+from vprl.executor.program import run_in_process
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.oracle import OracleBackend
 
 W, H = 200, 100
 # name: (x0, y0, x1, y1) in top-left pixels, colour

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("data", "executor", "rewards", "train")
+PACKAGES = ("data", "executor", "rewards", "train")  # the layers, each a subpackage of vprl
 # Each layer may import itself and the layers after it: train -> rewards -> executor -> data.
 LAYERS = ("train", "rewards", "executor", "data")
 
@@ -21,7 +21,7 @@ LAYERS = ("train", "rewards", "executor", "data")
 def _modules() -> dict[str, Path]:
     out = {}
     for package in PACKAGES:
-        for path in (REPO / package).rglob("*.py"):
+        for path in (REPO / "vprl" / package).rglob("*.py"):
             parts = list(path.relative_to(REPO).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
@@ -106,17 +106,17 @@ def test_the_cycle_finder_finds_a_circle_through_a_lazy_import():
 def test_imports_point_one_way():
     wrong = []
     for module, targets in import_graph().items():
-        allowed = LAYERS[LAYERS.index(module.split(".")[0]) :]
-        wrong += [f"{module} -> {t}" for t in sorted(targets) if t.split(".")[0] not in allowed]
+        allowed = LAYERS[LAYERS.index(module.split(".")[1]) :]
+        wrong += [f"{module} -> {t}" for t in sorted(targets) if t.split(".")[1] not in allowed]
     assert wrong == []
 
 
 def test_entry_scripts_shadow_no_installed_package():
-    """`accelerate launch train/rl.py` (or `python bench/X.py`) puts the script's folder first on
+    """`accelerate launch vprl/train/rl.py` (or `python bench/X.py`) puts the script's folder first on
     sys.path: no name there may be a standard-library module, a module an installed distribution
     provides, or one of our own packages."""
-    installed = set(sys.stdlib_module_names) | set(metadata.packages_distributions()) | set(PACKAGES)
-    for folder in ("train", "bench"):
+    installed = set(sys.stdlib_module_names) | set(metadata.packages_distributions()) | {"vprl", *PACKAGES}
+    for folder in ("vprl/train", "bench"):
         here = REPO / folder
         names = {p.stem for p in here.glob("*.py")} | {p.name for p in here.iterdir() if p.is_dir()}
         names -= {"__init__", "__pycache__"}
@@ -128,7 +128,7 @@ def test_entry_scripts_need_no_sys_path_edits():
     entries = [
         p
         for package in PACKAGES
-        for p in (REPO / package).rglob("*.py")
+        for p in (REPO / "vprl" / package).rglob("*.py")
         if p.name == "__main__.py" or '__name__ == "__main__"' in p.read_text(encoding="utf-8")
     ]
     offenders = [
@@ -181,8 +181,8 @@ def test_every_citation_key_is_defined_in_the_references():
     references = (REPO / "docs" / "references.md").read_text(encoding="utf-8")
     defined = set(re.findall(r"^\| \*\*\[([A-Z])\]\*\* \|", references, flags=re.M))
     used = set()
-    for package in (*PACKAGES, "configs"):
-        for path in (REPO / package).rglob("*"):
+    for folder in ("vprl", "configs"):
+        for path in (REPO / folder).rglob("*"):
             if path.suffix in (".py", ".yaml"):
                 used |= set(CITATION.findall(path.read_text(encoding="utf-8")))
     assert used and used <= defined, f"cited but not defined in docs/references.md: {sorted(used - defined)}"
@@ -199,3 +199,21 @@ def test_every_repo_constant_is_the_repository_root():
         for name in pattern.findall(path.read_text(encoding="utf-8")):
             found.append((module, name, getattr(importlib.import_module(module), name)))
     assert found and all(value == REPO for _, _, value in found), found
+
+
+def test_one_top_level_name():
+    """A user's project with its own `data`, `train`, `rewards` or `executor` packages can install
+    vprl: the distribution installs `vprl` alone, and no module of ours imports a layer by its bare
+    name."""
+    import tomllib
+
+    found = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    assert found["find"]["include"] == ["vprl*"]
+    bare = []
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            bare += [f"{module}: {n}" for n in names if n.split(".")[0] in PACKAGES]
+    assert bare == []

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from evaluate_helpers import build_tiny_llama, build_world
 
-from data.cli import EXIT_BAD_INPUT
-from data.shapes.tasks import load_shapes_tasks
+from vprl.data.cli import EXIT_BAD_INPUT
+from vprl.data.shapes.tasks import load_shapes_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,202 +84,218 @@ def _recipe(env):
 # (case id, command: a module for `python -m` or a script path, argv built from the fixtures, a regex
 # the first line of stderr must match: the place of the bad value)
 CASES = [
-    # train/rl.py
-    ("rl-missing-config", "train/rl.py", lambda e: ["--config", "no/such.yaml"], r"no/such\.yaml does not exist"),
+    # vprl/train/rl.py
+    ("rl-missing-config", "vprl/train/rl.py", lambda e: ["--config", "no/such.yaml"], r"no/such\.yaml does not exist"),
     (
         "rl-bad-yaml",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _write(e, "bad.yaml", "a: [1,\n")],
         r"bad\.yaml: not valid YAML",
     ),
     (
         "rl-yaml-wrong-type",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _yaml_with(e, "recipe.yaml", "eight.yaml", num_generations="eight")],
         r"eight\.yaml:\d+: num_generations: invalid int value: 'eight'",
     ),
     (
         "rl-cli-wrong-type",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _recipe(e), "--num_generations", "eight"],
         r"command line: --num_generations: invalid int value",
     ),
     (
         "rl-indivisible-group",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _recipe(e), "--num_generations", "7"],
         r"recipe\.yaml \+ command line: .*divisible by num_generations \(7\)",
     ),
     (
         "rl-yaml-unknown-key",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _yaml_with(e, "recipe.yaml", "typo.yaml", learning_rat=0.1)],
         r"typo\.yaml: unknown key\(s\) \['learning_rat'\]",
     ),
     (
         "rl-cli-unknown-key",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: [f"--config={_recipe(e)}", "--lerning_rate", "0.1"],
         r"command line: unknown key\(s\) \['lerning_rate'\]",
     ),
-    ("rl-algorithm", "train/rl.py", lambda e: ["--config", _recipe(e), "--algorithm", "ppo"], r"algorithm: 'ppo'"),
-    ("rl-reward", "train/rl.py", lambda e: ["--config", _recipe(e), "--rewards", "[accuracy]"], r"rewards.*accuracy"),
+    (
+        "rl-algorithm",
+        "vprl/train/rl.py",
+        lambda e: ["--config", _recipe(e), "--algorithm", "ppo"],
+        r"algorithm: 'ppo'",
+    ),
+    (
+        "rl-reward",
+        "vprl/train/rl.py",
+        lambda e: ["--config", _recipe(e), "--rewards", "[accuracy]"],
+        r"rewards.*accuracy",
+    ),
     (
         "rl-tool-stack",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _recipe(e), "--tool_stack", "configs/tools/none.yaml"],
         r"tool_stack: .*none\.yaml does not exist",
     ),
     (
         "rl-tool-setting-type",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _recipe(e), "--tool_overrides", "{min_visible: high}"],
         r"min_visible: expected a number",
     ),
     (
         "rl-prompt-layout",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _recipe(e), "--prompt_layout", "fancy"],
         r"layout.*'fancy'",
     ),
     (
         "rl-dataset-root",
-        "train/rl.py",
+        "vprl/train/rl.py",
         lambda e: ["--config", _recipe(e), "--dataset_root", "/no/such/world"],
         r"dataset_root.*/no/such/world",
     ),
     # the recipe's other commands
     (
         "recipe-unknown-key",
-        "train.recipe",
+        "vprl.train.recipe",
         lambda e: ["output_dir", "--", "--config", _recipe(e), "--bogus", "1"],
         r"command line: unknown key\(s\) \['bogus'\]",
     ),
-    ("recipe-no-separator", "train.recipe", lambda e: ["output_dir"], r"train\.recipe: .*follow `--`"),
+    ("recipe-no-separator", "vprl.train.recipe", lambda e: ["output_dir"], r"train\.recipe: .*follow `--`"),
     (
         "prepare-unit-tests-without-reward",
-        "train.prepare_unit_tests",
+        "vprl.train.prepare_unit_tests",
         lambda e: ["--config", _recipe(e)],
         r"rewards: the recipe has no unit_tests reward",
     ),
-    # train.evaluation
+    (
+        "verl-data-unknown-key",
+        "vprl.train.integrations.verl_data",
+        lambda e: ["--config", _recipe(e), "--bogus", "1"],
+        r"command line: unknown key\(s\) \['bogus'\]",
+    ),
+    # vprl.train.evaluation
     (
         "eval-dataset",
-        "train.evaluation",
+        "vprl.train.evaluation",
         lambda e: ["--config", str(e["root"] / "eval.yaml"), "--datasets", "shapes:nope"],
         r"datasets: unknown dataset 'shapes:nope'",
     ),
     (
         "eval-seeds",
-        "train.evaluation",
+        "vprl.train.evaluation",
         lambda e: ["--config", str(e["root"] / "eval.yaml"), "--seeds", "one,two"],
         r"seeds: expected .*integers",
     ),
     (
         "eval-policy",
-        "train.evaluation",
+        "vprl.train.evaluation",
         lambda e: ["--config", str(e["root"] / "eval.yaml"), "--policy", "/no/such/model"],
         r"policy: /no/such/model does not exist",
     ),
     (
         "eval-settings-not-a-mapping",
-        "train.evaluation",
+        "vprl.train.evaluation",
         lambda e: ["--config", _yaml_with(e, "eval.yaml", "eval_tests.yaml", unit_tests=[1, 2])],
         r"eval_tests\.yaml: unit_tests: expected a dict",
     ),
     (
         "eval-mode",
-        "train.evaluation",
+        "vprl.train.evaluation",
         lambda e: ["--config", str(e["root"] / "eval.yaml"), "--modes", "best"],
         r"modes: unknown inference mode\(s\) \['best'\]",
     ),
     (
         "eval-yaml-wrong-type",
-        "train.evaluation",
+        "vprl.train.evaluation",
         lambda e: ["--config", _yaml_with(e, "eval.yaml", "eval_limit.yaml", limit="many")],
         r"eval_limit\.yaml:\d+: limit: invalid int value: 'many'",
     ),
-    # train.quickstart, train.bootstrap
-    ("quickstart-wrong-type", "train.quickstart", lambda e: ["--max_steps", "abc"], r"command line: --max_steps"),
-    ("bootstrap-range", "train.bootstrap", lambda e: ["--weak_share", "2"], r"weak_share must be in \[0, 1\]"),
-    # train.ace
+    # vprl.train.quickstart, vprl.train.bootstrap
+    ("quickstart-wrong-type", "vprl.train.quickstart", lambda e: ["--max_steps", "abc"], r"command line: --max_steps"),
+    ("bootstrap-range", "vprl.train.bootstrap", lambda e: ["--weak_share", "2"], r"weak_share must be in \[0, 1\]"),
+    # vprl.train.ace
     (
         "ace-no-rollouts",
-        "train.ace",
+        "vprl.train.ace",
         lambda e: ["from-run", "--run", str(e["root"]), "--out", str(e["root"] / "aces.jsonl")],
         r"rollouts\.jsonl: no rollouts log",
     ),
     (
         "ace-k",
-        "train.ace",
+        "vprl.train.ace",
         lambda e: ["from-run", "--run", str(e["root"]), "--k", "0", "--out", str(e["root"] / "aces.jsonl")],
         r"--k: must be >= 1, got 0",
     ),
     (
         "ace-stanic-recipe",
-        "train.ace",
+        "vprl.train.ace",
         lambda e: ["stanic", "--config", _recipe(e)],
         r"recipe\.yaml: unknown key\(s\) \['algorithm'",
     ),
     (
         "ace-subcommand",
-        "train.ace",
+        "vprl.train.ace",
         lambda e: ["mine"],
         r"train\.ace: argument \{from-run,stanic\}: invalid choice: 'mine'",
     ),
-    # train.export
+    # vprl.train.export
     (
         "export-no-run",
-        "train.export",
+        "vprl.train.export",
         lambda e: ["--run", "/no/such/run", "--out", str(e["root"] / "export")],
         r"/no/such/run",
     ),
-    # executor.run
+    # vprl.executor.run
     (
         "exec-not-json",
-        "executor.run",
+        "vprl.executor.run",
         lambda e: _exec(e, _jsonl(e, "p_json.jsonl", "{id: 1")),
         r"p_json\.jsonl:1: not valid JSON",
     ),
     (
         "exec-no-program",
-        "executor.run",
+        "vprl.executor.run",
         lambda e: _exec(e, _jsonl(e, "p_missing.jsonl", {"id": 1, "example_id": e["example"]["id"]})),
         r"p_missing\.jsonl:1: missing key\(s\) \['program'\]",
     ),
     (
         "exec-program-type",
-        "executor.run",
+        "vprl.executor.run",
         lambda e: _exec(e, _jsonl(e, "p_type.jsonl", {**e["program"], "program": 5})),
         r"p_type\.jsonl:1: program: expected a string, got int",
     ),
     (
         "exec-unknown-example",
-        "executor.run",
+        "vprl.executor.run",
         lambda e: _exec(e, _jsonl(e, "p_ex.jsonl", e["program"], {**e["program"], "id": 2, "example_id": "nope"})),
         r"p_ex\.jsonl:2: example_id 'nope' is not in the examples file",
     ),
     (
         "exec-missing-programs",
-        "executor.run",
+        "vprl.executor.run",
         lambda e: _exec(e, str(e["root"] / "none.jsonl")),
         r"none\.jsonl",
     ),
     (
         "exec-missing-stack",
-        "executor.run",
+        "vprl.executor.run",
         lambda e: _exec(e, str(e["root"] / "programs.jsonl"), tools="configs/tools/none.yaml"),
         r"tool stack configs/tools/none\.yaml does not exist",
     ),
     (
         "exec-oracle-without-scene-graphs",
-        "executor.run",
+        "vprl.executor.run",
         lambda e: _exec(e, str(e["root"] / "programs.jsonl"), tools="configs/tools/oracle.yaml"),
         r"oracle\.yaml: the oracle backend needs `scene_graphs:`",
     ),
     (
         "exec-answers-not-a-list",
-        "executor.run",
+        "vprl.executor.run",
         lambda e: _exec(
             e,
             str(e["root"] / "programs.jsonl"),
@@ -287,13 +303,23 @@ CASES = [
         ),
         r"ex_answers\.jsonl:1: answers: expected a list of strings, got str 'yes'",
     ),
-    ("exec-bad-option", "executor.run", lambda e: ["--examples"], r"executor\.run: argument --examples: expected"),
-    # data.shapes, executor.serve
-    ("shapes-negative", "data.shapes", lambda e: ["--out", str(e["root"] / "w"), "--val", "-3"], r"val"),
-    ("shapes-no-out", "data.shapes", lambda e: ["--val", "3"], r"data\.shapes: the following arguments are required"),
+    (
+        "exec-bad-option",
+        "vprl.executor.run",
+        lambda e: ["--examples"],
+        r"executor\.run: argument --examples: expected",
+    ),
+    # vprl.data.shapes, vprl.executor.serve
+    ("shapes-negative", "vprl.data.shapes", lambda e: ["--out", str(e["root"] / "w"), "--val", "-3"], r"val"),
+    (
+        "shapes-no-out",
+        "vprl.data.shapes",
+        lambda e: ["--val", "3"],
+        r"data\.shapes: the following arguments are required",
+    ),
     (
         "serve-missing-stack",
-        "executor.serve",
+        "vprl.executor.serve",
         lambda e: ["--tools", "configs/tools/none.yaml"],
         r"tool stack configs/tools/none\.yaml does not exist",
     ),
@@ -331,15 +357,16 @@ def test_there_are_at_least_thirty_cases_over_every_command():
     assert len(CASES) >= 30
     commands = {c[1] for c in CASES}
     assert commands >= {
-        "train/rl.py",
-        "train.recipe",
-        "train.prepare_unit_tests",
-        "train.evaluation",
-        "train.quickstart",
-        "train.bootstrap",
-        "train.ace",
-        "train.export",
-        "executor.run",
-        "data.shapes",
-        "executor.serve",
+        "vprl/train/rl.py",
+        "vprl.train.recipe",
+        "vprl.train.prepare_unit_tests",
+        "vprl.train.evaluation",
+        "vprl.train.quickstart",
+        "vprl.train.bootstrap",
+        "vprl.train.ace",
+        "vprl.train.export",
+        "vprl.executor.run",
+        "vprl.data.shapes",
+        "vprl.executor.serve",
+        "vprl.train.integrations.verl_data",
     }

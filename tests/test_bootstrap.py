@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from data.records import Example
-from train.bootstrap.check import PolicyEval
-from train.bootstrap.fit import BootstrapConfig, body, ensure_tiny_policy, main, plan_mixture
-from train.policy.tiny import TinyModelConfig, build_model, load_policy, parameter_count, train_tokenizer
-from train.prompts import PromptConfig, build_prompt, completion_to_program, encode_prompt, frame_prompt
+from vprl.data.records import Example
+from vprl.train.bootstrap.check import PolicyEval
+from vprl.train.bootstrap.fit import BootstrapConfig, body, ensure_tiny_policy, main, plan_mixture
+from vprl.train.policy.tiny import TinyModelConfig, build_model, load_policy, parameter_count, train_tokenizer
+from vprl.train.prompts import PromptConfig, build_prompt, completion_to_program, encode_prompt, frame_prompt
 
 GOLD = {
     "Is the circle in the top or bottom half of the image?": (

@@ -9,27 +9,28 @@ import pytest
 from test_bad_input import run_main
 
 COMMANDS = [
-    ("train/rl.py", []),
-    ("train.prepare_unit_tests", []),
-    ("train.recipe", []),
-    ("train.evaluation", []),
-    ("train.quickstart", []),
-    ("train.bootstrap", []),
-    ("train.ace", []),
-    ("train.ace", ["from-run"]),
-    ("train.ace", ["stanic"]),
-    ("train.export", []),
-    ("executor.run", []),
-    ("executor.serve", []),
-    ("data.shapes", []),
-    ("train.view", []),
+    ("vprl/train/rl.py", []),
+    ("vprl.train.prepare_unit_tests", []),
+    ("vprl.train.recipe", []),
+    ("vprl.train.evaluation", []),
+    ("vprl.train.quickstart", []),
+    ("vprl.train.bootstrap", []),
+    ("vprl.train.ace", []),
+    ("vprl.train.ace", ["from-run"]),
+    ("vprl.train.ace", ["stanic"]),
+    ("vprl.train.export", []),
+    ("vprl.executor.run", []),
+    ("vprl.executor.serve", []),
+    ("vprl.data.shapes", []),
+    ("vprl.train.view", []),
+    ("vprl.train.integrations.verl_data", []),
 ]
 CONFIG_COMMANDS = {
-    "train/rl.py",
-    "train.prepare_unit_tests",
-    "train.evaluation",
-    "train.quickstart",
-    "train.bootstrap",
+    "vprl/train/rl.py",
+    "vprl.train.prepare_unit_tests",
+    "vprl.train.evaluation",
+    "vprl.train.quickstart",
+    "vprl.train.bootstrap",
 }
 
 
@@ -60,7 +61,7 @@ def test_every_option_has_help(command, sub, monkeypatch, capsys):
     assert not bare, f"{command} {' '.join(sub)}: options without help: {bare}"
     if command in CONFIG_COMMANDS:
         assert "--config" in options and len(options) > 5, out[:500]
-    if command != "train.recipe":
+    if command != "vprl.train.recipe":
         assert options, out[:500]
 
 

@@ -12,9 +12,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from data.records import Example
-from rewards.answer_normalization import CONTRACTIONS, answer_to_text, normalize_answer
-from rewards.correctness import correctness, exact_match, grounding_scores, iou, parse_box, vqa_soft_accuracy, yes_no
+from vprl.data.records import Example
+from vprl.rewards.answer_normalization import CONTRACTIONS, answer_to_text, normalize_answer
+from vprl.rewards.correctness import (
+    correctness,
+    exact_match,
+    grounding_scores,
+    iou,
+    parse_box,
+    vqa_soft_accuracy,
+    yes_no,
+)
 
 NORMALIZATION_CASES = [
     # punctuation: a mark touching a space is deleted, otherwise it becomes a space

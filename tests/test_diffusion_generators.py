@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import tiny_models as tiny
 
-from executor.tools.hf.sampling import SamplingSettings
-from rewards.unit_tests.diffusion import (
+from vprl.executor.tools.hf.sampling import SamplingSettings
+from vprl.rewards.unit_tests.diffusion import (
     DiffusersLayoutToImage,
     DiffusersTextToImage,
     DiffusionConfig,
     LayoutError,
     UnsafeImageError,
 )
-from rewards.unit_tests.llm_layout import Layout, LayoutBox, parse_layout
-from rewards.unit_tests.protocols import build_generator, generator_names
+from vprl.rewards.unit_tests.llm_layout import Layout, LayoutBox, parse_layout
+from vprl.rewards.unit_tests.protocols import build_generator, generator_names
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")

@@ -11,7 +11,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDES = ["docs/gpu.md", "docs/distributed.md", "docs/architecture.md", "README.md"]
-OURS = ("configs/", "train/", "bench/", "docs/", "executor/", "rewards/", "tests/", "data/loaders", "data/shapes")
+OURS = (
+    "configs/",
+    "vprl/train/",
+    "bench/",
+    "docs/",
+    "vprl/executor/",
+    "vprl/rewards/",
+    "tests/",
+    "vprl/data/loaders",
+    "vprl/data/shapes",
+)
 
 
 def _spans(text: str) -> list[str]:

@@ -22,10 +22,10 @@ import torch
 import yaml
 from evaluate_helpers import build_tiny_llama, build_world
 
-from train.evaluation import memory
-from train.evaluation.config import EvalConfig
-from train.evaluation.pipeline import evaluate, main, validate
-from train.recipe.parsing import parse_config
+from vprl.train.evaluation import memory
+from vprl.train.evaluation.config import EvalConfig
+from vprl.train.evaluation.pipeline import evaluate, main, validate
+from vprl.train.recipe.parsing import parse_config
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = 79.2  # GiB torch reports for an 80 GB H100

@@ -1,6 +1,6 @@
-"""`python -m train.evaluation`: bad input fails before any work with a message naming the bad value; the
+"""`python -m vprl.train.evaluation`: bad input fails before any work with a message naming the bad value; the
 pipeline writes JSON (round trip), markdown (the matrix) and PNG plots; and the command line runs
-end to end on a tiny Llama, as a script (`python train/evaluation/pipeline.py`, the sys.path fix).
+end to end on a tiny Llama, as a script (`python vprl/train/evaluation/pipeline.py`, the sys.path fix).
 
 The pipeline test drives `evaluate()` with the scripted policy of tests/evaluate_helpers.py (a
 `Generator` test double standing in for two policies of different quality), so its numbers are
@@ -19,9 +19,9 @@ import yaml
 from evaluate_helpers import ScriptedPolicy, all_gold, build_tiny_llama, build_world
 from PIL import Image
 
-from train.evaluation.pipeline import EvalConfig, evaluate, main
-from train.evaluation.plan import load_examples
-from train.evaluation.report import markdown, results_from_json
+from vprl.train.evaluation.pipeline import EvalConfig, evaluate, main
+from vprl.train.evaluation.plan import load_examples
+from vprl.train.evaluation.report import markdown, results_from_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,11 @@ def _cfg(tmp_path, world, model, **kw):
         ({"datasets": "shapes:nope"}, r"unknown dataset 'shapes:nope'; valid names: .*shapes:heldout"),
         ({"datasets": "vqav2"}, r"'vqav2' needs its root folder in data_roots"),
         ({"shapes_root": "/no/such/world"}, r"needs shapes_root, a shapes world folder .*'/no/such/world'"),
-        ({"tools": "configs/tools/no_such.yaml"}, r"tools: tool stack 'configs/tools/no_such.yaml' does not exist"),
+        ({"tools": "configs/tools/no_such.yaml"}, r"tools: tool stack configs/tools/no_such.yaml does not exist"),
+        (
+            {"tools": "no_such_stack"},
+            r"tools: tool stack 'no_such_stack': no file of that name .*named stacks: .*shapes",
+        ),
         ({"policy": "/no/such/model"}, r"policy: /no/such/model does not exist"),
         ({"modes": "single,best_of_n"}, r"unknown inference mode\(s\) \['best_of_n'\]; valid modes: single, majority"),
         ({"modes": "unit_test_select"}, r"need `unit_tests` settings"),
@@ -76,6 +80,13 @@ def test_bad_input_fails_before_any_work(tmp_path, world, tiny, change, message)
     with pytest.raises(ValueError, match=message):
         evaluate(cfg, make_generator=_never)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tool_stack_by_name_as_train_rl_takes_it(tmp_path, world, tiny):
+    """`tools: shapes` names the packaged stack, as a recipe's `tool_stack` does."""
+    from vprl.train.evaluation.plan import check_tools
+
+    check_tools(_cfg(tmp_path, world, tiny[0], tools="shapes"), [])  # no error: the stack was found
 
 
 def test_adapter_of_another_base_and_too_long_prompts_are_refused(tmp_path, world, tiny):
@@ -179,7 +190,7 @@ def test_pipeline_reports_json_markdown_and_plots(tmp_path, world, tiny):
 
 
 def test_command_line_end_to_end_on_a_tiny_llama(tmp_path, world, tiny):
-    """`python -m train.evaluation --config ...` from another directory: the installed package loads
+    """`python -m vprl.train.evaluation --config ...` from another directory: the installed package loads
     the base and the adapter, runs the sandboxed executor, and writes every report."""
     model, adapter = tiny
     config = tmp_path / "eval.yaml"
@@ -200,7 +211,7 @@ def test_command_line_end_to_end_on_a_tiny_llama(tmp_path, world, tiny):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [sys.executable, "-m", "train.evaluation", "--config", str(config), "--adapters", f"rl={adapter}"],
+        [sys.executable, "-m", "vprl.train.evaluation", "--config", str(config), "--adapters", f"rl={adapter}"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -216,8 +227,8 @@ def test_command_line_end_to_end_on_a_tiny_llama(tmp_path, world, tiny):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs" / "eval").glob("*.yaml")))
 def test_shipped_configs_parse_and_validate(world, tiny, name):
-    from train.evaluation.pipeline import validate
-    from train.recipe.parsing import parse_config
+    from vprl.train.evaluation.pipeline import validate
+    from vprl.train.recipe.parsing import parse_config
 
     argv = ["--config", str(REPO / "configs" / "eval" / name), "--policy", tiny[0], "--shapes_root", str(world)]
     gqa = name.startswith("gqa_")  # the GPU configs: the fixture stands in for the official GQA download
@@ -229,6 +240,6 @@ def test_shipped_configs_parse_and_validate(world, tiny, name):
     plan = validate(cfg)
     assert [p.label for p in plan.policies][-1] == "after_rl" and plan.datasets[0] == ("gqa" if gqa else "shapes:val")
     if gqa:
-        from train.evaluation.plan import load_examples
+        from vprl.train.evaluation.plan import load_examples
 
         assert load_examples(cfg, "gqa")  # the papers' evaluation sample of the fixture's questions

@@ -1,4 +1,4 @@
-"""Gains with error bars (`train.evaluation.gains`): the two-level bootstrap's interval covers the
+"""Gains with error bars (`vprl.train.evaluation.gains`): the two-level bootstrap's interval covers the
 truth and excludes 0 for a real gain, includes 0 for none, and widens when seeds disagree."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from data.records import Example
-from data.shapes.tasks import load_shapes_task
-from train.evaluation.gains import paired_gain, question_scores, share_of_gain
+from vprl.data.records import Example
+from vprl.data.shapes.tasks import load_shapes_task
+from vprl.train.evaluation.gains import paired_gain, question_scores, share_of_gain
 
 
 def _scores(p: float, n: int, rng: np.random.Generator) -> dict[str, float]:
@@ -82,7 +82,7 @@ def test_the_learning_bench_summarizes_runs(tmp_path):
     label-free one), so the signs and the share are known."""
     from evaluate_helpers import ScriptedPolicy, all_gold, build_world
 
-    from train.evaluation.pipeline import EvalConfig, evaluate
+    from vprl.train.evaluation.pipeline import EvalConfig, evaluate
 
     learning = _learning_bench()
     world = tmp_path / "world"

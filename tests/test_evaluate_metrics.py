@@ -7,8 +7,8 @@ tests/test_official_metrics.py checks the same on hundreds of generated predicti
 
 import pytest
 
-from data.records import Example
-from train.evaluation.metrics import Prediction, dataset_metrics, headline_key, headline_value
+from vprl.data.records import Example
+from vprl.train.evaluation.metrics import Prediction, dataset_metrics, headline_key, headline_value
 
 
 def _ok(example_id, answer, **kw):

@@ -13,16 +13,16 @@ from dataclasses import replace
 import pytest
 from evaluate_helpers import ScriptedPolicy, all_gold, build_world
 
-from data.shapes.tasks import load_shapes_tasks
-from executor.host import ToolHost
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.stack import build_backend
-from train.evaluation.fallback import fallback_program
-from train.evaluation.judge import build_judge
-from train.evaluation.metrics import dataset_metrics, headline_value
-from train.evaluation.modes import EvalContext, ModeConfig, run_mode
-from train.evaluation.plan import prompt_template
-from train.sampling.generator import policy_sampling
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.stack import build_backend
+from vprl.train.evaluation.fallback import fallback_program
+from vprl.train.evaluation.judge import build_judge
+from vprl.train.evaluation.metrics import dataset_metrics, headline_value
+from vprl.train.evaluation.modes import EvalContext, ModeConfig, run_mode
+from vprl.train.evaluation.plan import prompt_template
+from vprl.train.sampling.generator import policy_sampling
 
 SHAPES = "configs/tools/shapes.yaml"
 
@@ -279,7 +279,7 @@ def test_an_answer_of_the_wrong_kind_is_a_bad_return_that_the_fallback_answers(t
         assert all(p.answer is None and "program must return" in p.error for p in preds)
         assert any(p.fallback_answer is not None for p in preds), name  # none where its detector finds nothing
         assert dataset_metrics(examples, preds).rates["exception_rate"] == 1.0
-    from rewards.correctness import answer_kind_error
+    from vprl.rewards.correctness import answer_kind_error
 
     assert answer_kind_error("grounding", {"box": [0, 0, 4, 4]}) is None
     assert answer_kind_error("itm", True) is None and answer_kind_error("vqa", 2) is None

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from data.loaders import load_dataset
-from data.records import Example
-from train.evaluation.metrics import Prediction, dataset_metrics
-from train.evaluation.report import markdown, write_reports
+from vprl.data.loaders import load_dataset
+from vprl.data.records import Example
+from vprl.train.evaluation.metrics import Prediction, dataset_metrics
+from vprl.train.evaluation.report import markdown, write_reports
 
 # What this issue added is imported in the tests that need it, so that each test fails on its own
 # against the code before it (rather than the whole file failing to import).
@@ -40,7 +40,7 @@ def _winoground_results():
 
 
 def test_fallback_rows_carry_the_fallback_share_and_say_why_they_fall():
-    from train.evaluation.report import FALLBACK_EXPLAINED
+    from vprl.train.evaluation.report import FALLBACK_EXPLAINED
 
     results = _winoground_results()
     assert results["after_rl"]["single+fallback"]["winoground"][0].headline["group"] < 0.5  # the fall
@@ -61,7 +61,7 @@ def test_fallback_rows_carry_the_fallback_share_and_say_why_they_fall():
 
 
 def test_winoground_scores_are_said_to_be_equal_and_the_glossary_explains_every_row_and_rate():
-    from train.evaluation.conventions import NOTES, RATES
+    from vprl.train.evaluation.conventions import NOTES, RATES
 
     results = _winoground_results()
     m = results["after_rl"]["single"]["winoground"][0]
@@ -82,7 +82,7 @@ def test_winoground_scores_are_said_to_be_equal_and_the_glossary_explains_every_
 
 
 def test_tables_as_csv_and_latex(tmp_path):
-    from train.evaluation.tables import latex, tex
+    from vprl.train.evaluation.tables import latex, tex
 
     results = _winoground_results()
     paths = write_reports(results, tmp_path, modes={"single": "one greedy program"})
@@ -122,8 +122,8 @@ def _small_types():
 
 
 def test_types_with_few_questions_are_pooled_in_the_plots(monkeypatch, tmp_path):
-    from train.evaluation import plots
-    from train.evaluation.tables import pooled_groups
+    from vprl.train.evaluation import plots
+    from vprl.train.evaluation.tables import pooled_groups
 
     results = _small_types()
     per_group = results["p"]["single"]["toyvqa"][0].per_group
@@ -140,7 +140,7 @@ def test_types_with_few_questions_are_pooled_in_the_plots(monkeypatch, tmp_path)
 
 
 def test_prediction_rows_say_what_was_asked_and_whether_it_was_right():
-    from train.evaluation.pipeline import prediction_row
+    from vprl.train.evaluation.pipeline import prediction_row
 
     key = {"policy": "p", "mode": "single", "dataset": "d", "seed": 0}
     ref = Example("r1", "refcoco", "grounding", "the red ball", "x.png", box=(0, 0, 10, 10))
@@ -153,7 +153,7 @@ def test_prediction_rows_say_what_was_asked_and_whether_it_was_right():
         1.0,
         True,
     )
-    from train.evaluation.conventions import PREDICTION_FIELDS
+    from vprl.train.evaluation.conventions import PREDICTION_FIELDS
 
     assert set(PREDICTION_FIELDS) <= set(row)  # the glossary describes every field a row adds
     assert "- `correct_with_fallback`: " in markdown(_winoground_results()).split("### predictions.jsonl")[1]

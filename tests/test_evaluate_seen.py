@@ -8,10 +8,10 @@ import json
 import pytest
 from evaluate_helpers import ScriptedPolicy, all_gold, build_world
 
-from data.shapes.tasks import load_shapes_task
-from train.evaluation.pipeline import EvalConfig, evaluate
-from train.evaluation.plan import parse_datasets
-from train.evaluation.seen import check_seen_settings, normalize_query, seen_queries, split_seen
+from vprl.data.shapes.tasks import load_shapes_task
+from vprl.train.evaluation.pipeline import EvalConfig, evaluate
+from vprl.train.evaluation.plan import parse_datasets
+from vprl.train.evaluation.seen import check_seen_settings, normalize_query, seen_queries, split_seen
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from test_sandbox import make_world
 
-from executor.host import ToolHost
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.calls import ToolCall
-from executor.tools.errors import ToolError
-from executor.tools.images import ImageStore
-from executor.tools.oracle import OracleBackend
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.calls import ToolCall
+from vprl.executor.tools.errors import ToolError
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.oracle import OracleBackend
 
 
 def pixels(value: int, size: int = 8) -> np.ndarray:

@@ -7,9 +7,9 @@ import contextlib
 import pytest
 from test_runner import faulty_world
 
-from executor.results import ExecutionResult, ToolCallRecord
-from executor.run import time_summary
-from executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.results import ExecutionResult, ToolCallRecord
+from vprl.executor.run import time_summary
+from vprl.executor.runner import RunnerConfig, SyncRunner
 
 THREE_CALLS = (
     "def execute_command(image):\n    p = ImagePatch(image)\n"

@@ -13,9 +13,9 @@ import pytest
 from own_processes import SANDBOX_UID_BASE, sandbox_pids
 from test_sandbox import CANARY, make_world
 
-from executor.runner import RunnerConfig, SyncRunner
-from executor.sandbox import syscalls
-from executor.sandbox.child import UIDS_PER_SLOT
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.sandbox import syscalls
+from vprl.executor.sandbox.child import UIDS_PER_SLOT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_programs_never_meet_on_a_socket(world, spawn):
 
 CLONE_CHECK = """
 import os, sys
-from executor.sandbox import syscalls
+from vprl.executor.sandbox import syscalls
 pid = syscalls.fork_into_namespaces(syscalls.CLONE_NEWPID | syscalls.CLONE_NEWUTS)
 if pid == 0:
     os._exit(0 if os.getpid() == 1 and os.getppid() == 0 else 1)

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data.records import Example
-from executor.host import ToolHost
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.images import ImageStore
-from executor.tools.oracle import OracleBackend
+from vprl.data.records import Example
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.oracle import OracleBackend
 
 N_FRAMES, H, W = 6, 24, 32
 BALL_FRAMES = (2, 3, 4)  # a ball is in these frames of the video (per the scene graphs)

@@ -17,10 +17,10 @@ import tiny_models as tiny  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from train.export.adapter import ExportError, export_run, main  # noqa: E402
-from train.export.model_card import metric_summary  # noqa: E402
-from train.rollouts.log import RolloutLog, RolloutRow  # noqa: E402
-from train.runs.folder import write_manifest  # noqa: E402
+from vprl.train.export.adapter import ExportError, export_run, main  # noqa: E402
+from vprl.train.export.model_card import metric_summary  # noqa: E402
+from vprl.train.rollouts.log import RolloutLog, RolloutRow  # noqa: E402
+from vprl.train.runs.folder import write_manifest  # noqa: E402
 
 # fp32 on CPU: the reloaded adapter runs the very same ops as the policy (bit-identical up to
 # summation order); merging folds B@A into W, which changes rounding, hence the looser bound.
@@ -45,7 +45,7 @@ def _logits(model, inputs):
 
 
 def _make_run(run, base_path, quantization="none", adapter_rel="adapter"):
-    """A run folder by the train/rl.py contract, holding a LoRA policy with non-zero B matrices."""
+    """A run folder by the vprl/train/rl.py contract, holding a LoRA policy with non-zero B matrices."""
     from peft import LoraConfig, get_peft_model
 
     kwargs = {}
@@ -65,7 +65,7 @@ def _make_run(run, base_path, quantization="none", adapter_rel="adapter"):
                 param.normal_(0, 0.5)
     policy.save_pretrained(run / adapter_rel)
     AutoTokenizer.from_pretrained(base_path).save_pretrained(run / adapter_rel)
-    manifest = {  # the keys train/rl.py writes
+    manifest = {  # the keys vprl/train/rl.py writes
         "algorithm": "grpo",
         "policy": {
             "base_model": base_path,

@@ -77,7 +77,7 @@ def test_every_part_runs_under_the_gpu_machines_transformers_without_trl_or_the_
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert next(r for r in rows if r["what"] == "versions")["transformers"] == side_version("transformers")
     imports = next(r for r in rows if r["what"] == "imports")
-    assert imports["trl"].startswith("ModuleNotFoundError") and imports["train.recipe.layout"].startswith("ok")
+    assert imports["trl"].startswith("ModuleNotFoundError") and imports["vprl.train.recipe.layout"].startswith("ok")
     status = outcomes(rows)
     assert list(status) == PARTS
     assert status.pop("grpo_trl")["status"] == "skipped"

@@ -60,7 +60,7 @@ def test_rloo_zero_variance_filter_stays_finite_on_long_completions(tmp_path, as
     """Fault: the filter zeroed RLOO's completion mask after the old log-probabilities were summed
     under the full mask, so a filtered row's ratio was exp(-old_logps): infinite once a completion's
     summed log-probability is below about -88.7 (here ~ -6 per token x 96 tokens), and the loss NaN."""
-    from train.rl import main
+    from vprl.train.rl import main
 
     recipe = _recipe(
         tmp_path,
@@ -89,11 +89,11 @@ def test_a_program_cut_at_its_stop_sequence_ends_with_eos(tmp_path, fitted, monk
     clipped (`completions/clipped_ratio` 1.0 on every dashboard) and the policy never learned to end."""
     import trl.trainer.grpo_trainer as grpo_trainer
 
-    import train.recipe.checks
-    from train.rl import main
+    import vprl.train.recipe.checks
+    from vprl.train.rl import main
 
     monkeypatch.setattr(grpo_trainer, "VLLMGeneration", FakeVLLMGeneration)
-    monkeypatch.setattr(train.recipe.checks, "require_vllm", lambda key: None)  # vLLM is not installed here
+    monkeypatch.setattr(vprl.train.recipe.checks, "require_vllm", lambda key: None)  # vLLM is not installed here
     FakeVLLMGeneration.instances.clear()
     recipe = _recipe(
         tmp_path,
@@ -121,7 +121,7 @@ def _wandb_warnings(run: Path) -> str:
 def test_wandb_keeps_every_program_table(tmp_path, fitted, monkeypatch):
     """Fault: the program table was logged with `step=global_step` while wandb's own step (advanced by
     every trainer log call) was ahead, so wandb ignored each table's history record."""
-    from train.rl import main
+    from vprl.train.rl import main
 
     for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
         monkeypatch.delenv(key, raising=False)
@@ -145,8 +145,8 @@ def test_wandb_keeps_every_program_table(tmp_path, fitted, monkeypatch):
 def test_wandb_login_credentials_give_an_online_run(tmp_path, monkeypatch):
     """Fault: only WANDB_API_KEY counted as credentials, so a user who ran `wandb login` (which writes
     ~/.netrc) got an offline run."""
-    from train.recipe.rl_config import parse_rl_config
-    from train.rl import setup_reporting
+    from vprl.train.recipe.rl_config import parse_rl_config
+    from vprl.train.rl import setup_reporting
 
     for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL"):
         monkeypatch.delenv(key, raising=False)
@@ -171,7 +171,7 @@ def test_vqav2_test_splits_read_the_2015_files_and_images(tmp_path, split, subty
     """Fault: `split="test"` looked for test2014 files and a test2014/ image folder; VQAv2's test and
     test-dev questions are `..._test2015_` / `..._test-dev2015_` files whose images are all in
     test2015/ as COCO_test2015_*.jpg."""
-    from data.loaders import load_dataset
+    from vprl.data.loaders import load_dataset
 
     questions = {
         "data_subtype": subtype,
@@ -186,17 +186,17 @@ def test_vqav2_test_splits_read_the_2015_files_and_images(tmp_path, split, subty
 
 
 def test_evaluation_and_stanic_place_the_policy_like_training(tmp_path, fitted, monkeypatch):
-    """Fault: evaluation and `train.ace stanic` loaded the policy with no dtype and no device, so a 7B
-    policy ran in fp32 on the CPU. Now both go through `train.policy.loading.load_for_sampling`: the
+    """Fault: evaluation and `vprl.train.ace stanic` loaded the policy with no dtype and no device, so a 7B
+    policy ran in fp32 on the CPU. Now both go through `vprl.train.policy.loading.load_for_sampling`: the
     recipe's dtype, the GPU when there is one (faked here), 4/8-bit as configured."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from train.ace.stanic import stanic_generator
-    from train.evaluation.config import EvalConfig
-    from train.evaluation.plan import Policy
-    from train.evaluation.session import policy_generator
-    from train.recipe.sections import PolicyArgs
+    from vprl.train.ace.stanic import stanic_generator
+    from vprl.train.evaluation.config import EvalConfig
+    from vprl.train.evaluation.plan import Policy
+    from vprl.train.evaluation.session import policy_generator
+    from vprl.train.recipe.sections import PolicyArgs
 
     _, policy = fitted
     cfg = EvalConfig(policy=str(policy), torch_dtype="bfloat16", generator="hf", batch_size=4)
@@ -226,10 +226,10 @@ def test_evaluation_samples_with_vllm_where_it_can(tmp_path, fitted, monkeypatch
 
     import torch
 
-    from train.evaluation.config import EvalConfig
-    from train.evaluation.plan import Policy, choose_generator
-    from train.evaluation.session import policy_generator
-    from train.sampling import vllm_engine
+    from vprl.train.evaluation.config import EvalConfig
+    from vprl.train.evaluation.plan import Policy, choose_generator
+    from vprl.train.evaluation.session import policy_generator
+    from vprl.train.sampling import vllm_engine
 
     _, policy = fitted
     adapter = tmp_path / "adapter"
@@ -240,8 +240,8 @@ def test_evaluation_samples_with_vllm_where_it_can(tmp_path, fitted, monkeypatch
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else real_find_spec(name))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    import train.evaluation.memory as memory
-    import train.evaluation.session as session
+    import vprl.train.evaluation.memory as memory
+    import vprl.train.evaluation.session as session
 
     monkeypatch.setattr(session, "gpu_totals", lambda: [80.0])  # the faked GPU, empty: the engine's share is free
     monkeypatch.setattr(memory, "free_gib", lambda device: 80.0)
@@ -258,7 +258,7 @@ def test_a_clipped_recipe_clips(tmp_path, fitted):
     same settings move the ratio past 1 +- epsilon, and trl's clip ratio is no longer zero."""
     import yaml
 
-    from train.rl import main
+    from vprl.train.rl import main
 
     clipped = yaml.safe_load((REPO / "configs/grpo_codellama_gqa_correctness_clipped.yaml").read_text())
     assert clipped["num_iterations"] > 1 and clipped["epsilon"] == 0.2
@@ -284,8 +284,8 @@ def test_recipes_state_beta_dropout_and_objective_and_share_beta_across_algorith
     optimises. Every shipped recipe now says so; beta and disable_dropout are the same for both."""
     import yaml
 
-    from rewards.registry import build_reward
-    from train.recipe.rl_config import parse_rl_config
+    from vprl.rewards.registry import build_reward
+    from vprl.train.recipe.rl_config import parse_rl_config
 
     grpo = parse_rl_config(["--output_dir", "x"]).training
     rloo = parse_rl_config(["--output_dir", "x", "--algorithm", "rloo"]).training
@@ -309,11 +309,11 @@ def test_dropout_off_makes_the_old_and_new_passes_agree(tmp_path, fitted):
     train mode disagree; with the recipes' `disable_dropout` the trainer's model is deterministic."""
     import torch
 
-    from rewards.compose import RewardComposer
-    from train.online.run import build_trainer
-    from train.recipe.checks import validate
-    from train.recipe.data import build_prompts
-    from train.recipe.rl_config import parse_rl_config
+    from vprl.rewards.compose import RewardComposer
+    from vprl.train.online.run import build_trainer
+    from vprl.train.recipe.checks import validate
+    from vprl.train.recipe.data import build_prompts
+    from vprl.train.recipe.rl_config import parse_rl_config
 
     cfg = parse_rl_config(["--config", str(_recipe(tmp_path, fitted, lora_dropout=0.5, report_to="none"))])
     checked = validate(cfg)
@@ -328,8 +328,8 @@ def test_dropout_off_makes_the_old_and_new_passes_agree(tmp_path, fitted):
 
 def test_rest_keeps_warmup_steps_of_one_or_more(tmp_path):
     """Fault: the ReST loop turned `warmup_steps >= 1` (a step count) into 0."""
-    from train.recipe.rl_config import parse_rl_config
-    from train.rest.sft import iteration_args
+    from vprl.train.recipe.rl_config import parse_rl_config
+    from vprl.train.rest.sft import iteration_args
 
     cfg = parse_rl_config(["--output_dir", str(tmp_path), "--algorithm", "rest", "--warmup_steps", "3"])
     assert iteration_args(cfg.training, tmp_path / "iter").warmup_steps == 3
@@ -338,7 +338,7 @@ def test_rest_keeps_warmup_steps_of_one_or_more(tmp_path):
 def test_unit_test_cache_lives_in_the_run_folder(tmp_path):
     """Fault: without a `cache_dir` the unit-test cache was a temporary folder, so a restarted run wrote
     and drew every test again; with the run folder handed over as a resource, it persists there."""
-    from rewards.registry import build_reward
+    from vprl.rewards.registry import build_reward
 
     reward = build_reward("unit_tests", {"runner": object(), "run_dir": str(tmp_path)})
     assert reward.config.cache_dir == str(tmp_path / "unit_test_cache")
@@ -348,9 +348,9 @@ def test_self_tuning_on_the_hf_stack_can_be_configured():
     """Fault: self-tuning overrides were checked against `HFBackend.__init__`'s signature, which takes
     one free-form mapping, so `{"detect": ...}` was refused as unknown on the paper stacks. Now each
     backend checks its own settings, and a tool's section is merged, not replaced."""
-    from executor.tools.stack import read_tool_stack, stack_settings
-    from train.evaluation.config import EvalConfig
-    from train.evaluation.plan import check_tools, mode_configs
+    from vprl.executor.tools.stack import read_tool_stack, stack_settings
+    from vprl.train.evaluation.config import EvalConfig
+    from vprl.train.evaluation.plan import check_tools, mode_configs
 
     stack = str(REPO / "configs/tools/viunit.yaml")
     cfg = EvalConfig(tools=stack, modes="self_tuning", self_tuning='{"detect": {"box_threshold": 0.1}}')
@@ -364,21 +364,21 @@ def test_self_tuning_on_the_hf_stack_can_be_configured():
 
 def test_unit_tests_can_be_prepared_so_training_never_loads_the_writer_or_generator(tmp_path, fitted):
     """Fault (part): the unit-test recipes put the writer LLM and the image generator on the GPU next
-    to the policy. Tests depend on the question only, so `python -m train.prepare_unit_tests` makes
+    to the policy. Tests depend on the question only, so `python -m vprl.train.prepare_unit_tests` makes
     them all first, into the run folder's cache; the training run then finds every test and image
     there (no writer call, no image drawn), so neither model is ever loaded during RL."""
-    from executor.host import ToolHost
-    from executor.runner import RunnerConfig, SyncRunner
-    from executor.tools.stack import build_backend
-    from rewards.registry import build_reward
-    from train.prepare_unit_tests import main as prepare
+    from vprl.executor.host import ToolHost
+    from vprl.executor.runner import RunnerConfig, SyncRunner
+    from vprl.executor.tools.stack import build_backend
+    from vprl.rewards.registry import build_reward
+    from vprl.train.prepare_unit_tests import main as prepare
 
     world, _ = fitted
     recipe = _recipe(tmp_path, fitted, rewards=[{"name": "unit_tests", "settings": {"num_tests": 3}}])
     summary = prepare(["--config", str(recipe)])
     assert summary["queries"] > 0 and summary["images"] > 0 and summary["tests_written"] == summary["queries"]
-    from train.recipe.checks import validate
-    from train.recipe.rl_config import parse_rl_config
+    from vprl.train.recipe.checks import validate
+    from vprl.train.recipe.rl_config import parse_rl_config
 
     examples = validate(parse_rl_config(["--config", str(recipe)])).examples[:6]
     with SyncRunner(ToolHost(build_backend(SHAPES_STACK)), RunnerConfig(slots=1)) as runner:

@@ -14,13 +14,13 @@ import pytest
 import yaml
 from PIL import Image
 
-from executor.api import SourceImage
-from executor.api.spec import get_variant
-from executor.program import run_in_process
-from executor.tools.images import ImageStore
-from executor.tools.local import LocalToolClient
-from executor.tools.oracle import OracleBackend
-from train.prompts import read_examples
+from vprl.executor.api import SourceImage
+from vprl.executor.api.spec import get_variant
+from vprl.executor.program import run_in_process
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.oracle import OracleBackend
+from vprl.train.prompts import read_examples
 
 REPO = Path(__file__).resolve().parents[1]
 GQA_ICES = "configs/prompts/gqa_ices.jsonl"
@@ -147,6 +147,12 @@ def _ice_settings() -> list[tuple[str, str, str | None]]:
     out = []
     for path in sorted([*REPO.glob("configs/*gqa*.yaml"), *REPO.glob("configs/eval/gqa_*.yaml")]):
         data = yaml.safe_load(path.read_text())
+        if "dataset_mixture" in data:  # each GQA entry names its own
+            for i, entry in enumerate(data["dataset_mixture"]["datasets"]):
+                if entry["dataset"] == "gqa":
+                    key = f"dataset_mixture.datasets[{i}].prompt.ice_file"
+                    out.append((str(path.relative_to(REPO)), key, entry.get("prompt", {}).get("ice_file")))
+            continue
         key = "ice_file" if path.parent.name == "eval" else "prompt_ice_file"
         out.append((str(path.relative_to(REPO)), key, data.get(key)))
     return out

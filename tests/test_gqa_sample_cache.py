@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from test_loaders_sampling import write_gqa
 
-from train.recipe.data import load_examples
-from train.recipe.parsing import ConfigError
-from train.recipe.sections import DataArgs
+from vprl.train.recipe.data import load_examples
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.sections import DataArgs
 
 REPO = Path(__file__).resolve().parents[1]
 RANKS = 4
@@ -22,9 +22,9 @@ RANKS = 4
 RANK = """
 import json, sys
 from pathlib import Path
-import data.loaders.gqa as gqa
-from train.recipe.data import load_examples
-from train.recipe.sections import DataArgs
+import vprl.data.loaders.gqa as gqa
+from vprl.train.recipe.data import load_examples
+from vprl.train.recipe.sections import DataArgs
 
 parses = Path(sys.argv[2])
 original = gqa.load_json

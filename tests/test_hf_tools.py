@@ -14,11 +14,11 @@ pytest.importorskip("transformers")
 
 import tiny_models as tiny
 
-from data.boxes import box_to_top_left
-from executor.tools.calls import ToolCall
-from executor.tools.errors import ToolUnavailable
-from executor.tools.hf import HFBackend
-from executor.tools.images import ImageStore
+from vprl.data.boxes import box_to_top_left
+from vprl.executor.tools.calls import ToolCall
+from vprl.executor.tools.errors import ToolUnavailable
+from vprl.executor.tools.hf import HFBackend
+from vprl.executor.tools.images import ImageStore
 
 H, W = 100, 200  # the size of the `store` fixture (tests/conftest.py)
 
@@ -147,7 +147,7 @@ def test_batches_respect_max_batch_size_and_identical_calls_run_once(paths, stor
 
 def test_llm_engine_vllm_without_vllm_is_unavailable(paths, store):
     pytest.importorskip("torch")
-    from executor.tools.hf.llm import vllm_available
+    from vprl.executor.tools.hf.llm import vllm_available
 
     if vllm_available():
         pytest.skip("vllm is installed")
@@ -161,12 +161,12 @@ def test_llm_engine_vllm_without_vllm_is_unavailable(paths, store):
 def test_tool_stack_yamls_are_valid_hf_configs(name):
     import yaml
 
-    from executor.tools.hf.settings import parse_config
-    from executor.tools.stack import stack_settings
+    from vprl.executor.tools.hf.settings import parse_config
+    from vprl.executor.tools.stack import stack_settings
 
     with open(f"{os.path.dirname(__file__)}/../configs/tools/{name}.yaml") as fh:
         config = yaml.safe_load(fh)
-    assert config["backend"] == "hf" and config["serve"]  # and how to serve it (executor/serve)
+    assert config["backend"] == "hf" and config["serve"]  # and how to serve it (vprl/executor/serve)
     config = stack_settings(config, {})  # the backend's settings, as build_backend passes them
     backend = HFBackend(ImageStore(), **config)  # validates every key; loads nothing
     assert backend.models.loaded() == []

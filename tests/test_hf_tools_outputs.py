@@ -17,9 +17,9 @@ pytest.importorskip("transformers")
 import tiny_models as tiny
 import torch
 
-from data.boxes import box_from_top_left
-from executor.tools.calls import ToolCall
-from executor.tools.hf import HFBackend
+from vprl.data.boxes import box_from_top_left
+from vprl.executor.tools.calls import ToolCall
+from vprl.executor.tools.hf import HFBackend
 
 H, W = 100, 200  # the size of the `store` fixture (tests/conftest.py)
 REGION = (50, 20, 150, 80)  # left, lower, right, upper: crop is 100 wide, 60 high, top-left corner (50, 20)
@@ -166,7 +166,7 @@ def test_itm_scores_are_comparable_across_regions(paths, store, family, monkeypa
 
 @pytest.mark.parametrize("family", ["clip", "siglip"])
 def test_verify_is_a_softmax_against_the_bare_object_at_threshold_0_8(paths, store, family, monkeypatch):
-    from executor.tools.hf import matching
+    from vprl.executor.tools.hf import matching
 
     images, ref = store
     backend = HFBackend(images, device="cpu", verify={"model": paths[family]})

@@ -13,10 +13,10 @@ pytest.importorskip("transformers")
 
 import tiny_models as tiny
 
-from executor.tools.calls import ToolCall
-from executor.tools.hf import HFBackend
-from executor.tools.hf.llm import vllm_available
-from executor.tools.images import ImageStore
+from vprl.executor.tools.calls import ToolCall
+from vprl.executor.tools.hf import HFBackend
+from vprl.executor.tools.hf.llm import vllm_available
+from vprl.executor.tools.images import ImageStore
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from hostile_probes import MAX_RPCS, PROBES, PWNED, TIMEOUT, no_secret, source_o
 from own_processes import sandbox_pids
 from test_sandbox import CANARY, SECRET_ENV, make_world
 
-from executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.runner import RunnerConfig, SyncRunner
 
 
 def run_suite(runner: SyncRunner, examples, probes=PROBES):

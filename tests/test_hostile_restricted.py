@@ -22,7 +22,7 @@ import pytest
 from hostile_probes import PROBES, PWNED, TIMEOUT, no_secret
 from restricted_suite import extra_probes
 
-from executor.results import ExecutionResult
+from vprl.executor.results import ExecutionResult
 
 HELPER = str(Path(__file__).resolve().parent / "restricted_suite.py")
 ALL = PROBES + extra_probes(0, "/nonexistent")

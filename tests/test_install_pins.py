@@ -1,7 +1,7 @@
 """The install's pins agree with each other and with the code (issue #24, fault 2): `pip install -e
 ".[vllm]"` once allowed vLLM 0.31.0, which requires transformers<5.18, while the recipe's trainer
 arguments used `activation_checkpointing`, which transformers has only from 5.23 on, so `import
-train.rl` raised KeyError. The pins are read from pyproject.toml, vLLM's requirements from its
+vprl.train.rl` raised KeyError. The pins are read from pyproject.toml, vLLM's requirements from its
 releases' metadata (recorded below), trl's from the installed trl; the code runs under the
 transformers the extra lands on (installed beside the venv by `make setup`)."""
 
@@ -86,13 +86,13 @@ def _installed(name: str) -> Version | None:
 
 CHECK = """
 import json, transformers
-import train.rl, train.prepare_unit_tests
-from train.recipe.layout import policy_component
-from train.recipe.rl_config import parse_rl_config
+import vprl.train.rl, vprl.train.prepare_unit_tests
+from vprl.train.recipe.layout import policy_component
+from vprl.train.recipe.rl_config import parse_rl_config
 cfg = parse_rl_config(["--config", "configs/grpo_codellama_gqa_correctness.yaml", "--output_dir", "/tmp/unused"])
 off = parse_rl_config(["--output_dir", "/tmp/unused", "--gradient_checkpointing", "false"])
 from trl import SFTConfig
-from train.recipe.trainer_args import checkpointing
+from vprl.train.recipe.trainer_args import checkpointing
 sft = SFTConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, **checkpointing(False))
 print(json.dumps({"version": transformers.__version__, "on": [cfg.training.activation_checkpointing,
       cfg.training.gradient_checkpointing], "off": [off.training.activation_checkpointing,
@@ -102,7 +102,7 @@ print(json.dumps({"version": transformers.__version__, "on": [cfg.training.activ
 
 
 def test_train_rl_imports_under_the_transformers_of_the_vllm_extra():
-    """The fault itself: `KeyError: 'activation_checkpointing'` from train/recipe/trainer_args.py."""
+    """The fault itself: `KeyError: 'activation_checkpointing'` from vprl/train/recipe/trainer_args.py."""
     proc = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO, env=side_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from rl_tiny import RECIPE_BASE, build_policy
 
-from data.shapes import BuildConfig, build_dataset
-from rewards.registry import register
-from train.recipe.data import load_examples
-from train.recipe.mixture import ENTRY_META, UNLABELED_META, has_labels
-from train.recipe.sections import DataArgs
+from vprl.data.shapes import BuildConfig, build_dataset
+from vprl.rewards.registry import register
+from vprl.train.recipe.data import load_examples
+from vprl.train.recipe.mixture import ENTRY_META, UNLABELED_META, has_labels
+from vprl.train.recipe.sections import DataArgs
 
 REPO = Path(__file__).resolve().parents[1]
 SENTINEL = "zq-sentinel-answer-7731"
@@ -81,8 +81,8 @@ def test_a_label_free_load_keeps_no_label(world):
 
 
 def test_a_label_free_run_never_reads_the_answers(tmp_path, world):
-    from train.rl import main
-    from train.rollouts.log import RolloutLog
+    from vprl.train.rl import main
+    from vprl.train.rollouts.log import RolloutLog
 
     policy = build_policy(tmp_path / "policy", world)
     spy = tmp_path / "reward_inputs.jsonl"

@@ -18,7 +18,7 @@ import yaml
 from rl_tiny import build_policy, build_world, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = [REPO / "train/launch/node.sh", REPO / "train/launch/slurm.sbatch"]
+SCRIPTS = [REPO / "vprl/train/launch/node.sh", REPO / "vprl/train/launch/slurm.sbatch"]
 # One authentication mode for every Ray process of a test: with ~/.ray/auth_token present (a
 # `ray.init()` that started its own cluster wrote one) `ray start` turns token auth on and
 # `ray status` does not, so a probe would be refused by a live cluster.
@@ -55,7 +55,12 @@ def test_node_launcher_serves_the_tools_trains_and_tears_down(tmp_path):
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": sys.executable, "SERVE_TOOLS": "1"}
     env.update({"TRAIN_GPUS": "", "RAY_PORT": port, "OMP_NUM_THREADS": "1", **RAY_AUTH})
     proc = subprocess.run(
-        ["bash", "train/launch/node.sh", str(recipe)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        ["bash", "vprl/train/launch/node.sh", str(recipe)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert (
@@ -97,9 +102,9 @@ if name == "scontrol":
     print("node1\\nnode2")
 elif name == "hostname":
     print("10.0.0.7")
-elif name == "python" and args[:2] == ["-m", "train.recipe"]:
+elif name == "python" and args[:2] == ["-m", "vprl.train.recipe"]:
     print("tool_stack=configs/tools/viunit.yaml\\nmodel_name_or_path=codellama/CodeLlama-7b-Python-hf")
-elif name == "python" and args[:1] == ["train/rl.py"]:
+elif name == "python" and args[:1] == ["vprl/train/rl.py"]:
     log()
     sys.exit(int(os.environ.get("TRAIN_EXIT", "0")))
 elif (name == "ray" and args[:1] == ["start"] and "--block" in args) or name == "trl":
@@ -136,7 +141,7 @@ def test_slurm_launcher_steps_overlap_use_tensor_parallel_and_stop_only_their_ow
         tmp_path / "bin", log, SLURM_JOB_NODELIST="node[1-2]", PYTHON="python", RAY_LOG=str(tmp_path / "ray.log")
     )
     proc = subprocess.run(
-        ["bash", "train/launch/slurm.sbatch", "configs/grpo_codellama_gqa_correctness.yaml"],
+        ["bash", "vprl/train/launch/slurm.sbatch", "configs/grpo_codellama_gqa_correctness.yaml"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -154,7 +159,7 @@ def test_slurm_launcher_steps_overlap_use_tensor_parallel_and_stop_only_their_ow
     stopped = [c for c in calls if c.get("stopped")]
     assert len(started) == 3 and len(stopped) == 3  # the Ray head, one Ray worker and vLLM, each ended
     address = "10.0.0.7:6379"
-    (serve,) = [c for c in calls if c["cmd"] == "python" and "executor.serve" in c["args"]]
+    (serve,) = [c for c in calls if c["cmd"] == "python" and "vprl.executor.serve" in c["args"]]
     (train,) = [c for c in calls if c["cmd"] == "accelerate"]
     assert serve["env"]["RAY_ADDRESS"] == address and train["env"]["RAY_ADDRESS"] == address
 
@@ -205,7 +210,7 @@ def test_node_launcher_stops_only_the_ray_it_started(tmp_path):
         )
         env["TRAIN_EXIT"] = "3"
         proc = subprocess.run(
-            ["bash", "train/launch/node.sh", "recipe.yaml"],
+            ["bash", "vprl/train/launch/node.sh", "recipe.yaml"],
             cwd=REPO,
             env=env,
             capture_output=True,
@@ -215,7 +220,7 @@ def test_node_launcher_stops_only_the_ray_it_started(tmp_path):
         calls = _calls(log)
         assert proc.returncode == 3, proc.stderr[-3000:]
         assert not [c for c in calls if c["cmd"] == "ray"], "the launcher ran `ray stop`"
-        (train,) = [c for c in calls if c["args"][:1] == ["train/rl.py"]]
+        (train,) = [c for c in calls if c["args"][:1] == ["vprl/train/rl.py"]]
         assert train["env"]["RAY_ADDRESS"] == f"127.0.0.1:{ours}"
         assert not _ray_answers(real_ray, ours)
         assert _ray_answers(real_ray, other)
@@ -230,7 +235,12 @@ def test_node_launcher_serves_vllm_tensor_parallel_not_data_parallel(tmp_path):
     log = tmp_path / "calls.jsonl"
     env = _env(tmp_path / "bin", log, PYTHON="python", SERVE_TOOLS="0", TRAIN_GPUS="0,1", VLLM_GPUS="6,7")
     proc = subprocess.run(
-        ["bash", "train/launch/node.sh", "recipe.yaml"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        ["bash", "vprl/train/launch/node.sh", "recipe.yaml"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     calls = _calls(log)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.recipe import layout
-from train.recipe.checks import reward_config
-from train.recipe.parsing import ConfigError
-from train.recipe.rl_config import parse_rl_config
+from vprl.train.recipe import layout
+from vprl.train.recipe.checks import reward_config
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.rl_config import parse_rl_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def test_the_unit_test_recipe_on_one_80_gb_gpu_is_refused_naming_what_to_move():
     assert names["unit-test writer"].gib == pytest.approx(32.0) and names["policy vLLM (colocate)"].gib == 24.0
     assert names["unit-test layout LLM"].gib == pytest.approx(32.0) and names["unit-test image generator"].gib > 2
     assert 12 < names["tool vqa, caption"].gib < 15  # BLIP-2 Flan-T5-XXL in 8-bit, shared by two tools
-    with pytest.raises(ConfigError, match=r"unit-test writer .*python -m train\.prepare_unit_tests") as err:
+    with pytest.raises(ConfigError, match=r"unit-test writer .*python -m vprl\.train\.prepare_unit_tests") as err:
         plan.check()
     assert "tool_service" in str(err.value) and "policy (training)" in str(err.value)
 

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 import tiny_models as tiny
 
-from executor.tools.hf.sampling import SamplingSettings
-from rewards.unit_tests.llm_backends import HFBackend
-from rewards.unit_tests.llm_writer import LlmTestWriter, LlmWriterConfig, cut_reply, llm_writer
-from rewards.unit_tests.parsing import UnitTest
-from rewards.unit_tests.protocols import build_writer, writer_names
+from vprl.executor.tools.hf.sampling import SamplingSettings
+from vprl.rewards.unit_tests.llm_backends import HFBackend
+from vprl.rewards.unit_tests.llm_writer import LlmTestWriter, LlmWriterConfig, cut_reply, llm_writer
+from vprl.rewards.unit_tests.parsing import UnitTest
+from vprl.rewards.unit_tests.protocols import build_writer, writer_names
 
 QUERY = "Is there a red car?"
 # What the trained tiny model learns to answer: a duplicate and a too-long answer the writer must drop.

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning
-from data.loaders.gqa import (
+from vprl.data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning
+from vprl.data.loaders.gqa import (
     answer_type,
     is_balanced,
     load_gqa_questions,

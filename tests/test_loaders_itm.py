@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning, load_dataset
-from data.loaders.sugarcrepe import CATEGORIES, load_sugarcrepe, load_sugarcrepe_file
-from data.loaders.winoground import load_winoground, load_winoground_root
-from data.loaders.winoground_scores import example_scores, winoground_scores
+from vprl.data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning, load_dataset
+from vprl.data.loaders.sugarcrepe import CATEGORIES, load_sugarcrepe, load_sugarcrepe_file
+from vprl.data.loaders.winoground import load_winoground, load_winoground_root
+from vprl.data.loaders.winoground_scores import example_scores, winoground_scores
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 WINO = FIX / "winoground" / "data" / "examples.jsonl"

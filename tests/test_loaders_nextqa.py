@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning, load_dataset
-from data.loaders.nextqa import load_nextqa
+from vprl.data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning, load_dataset
+from vprl.data.loaders.nextqa import load_nextqa
 
 FIX = Path(__file__).parent / "fixtures" / "datasets" / "nextqa"
 HEADER = "video,frame_count,width,height,question,answer,qid,type,a0,a1,a2,a3,a4\n"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning, load_dataset
-from data.loaders.refcoco import coco_box_to_api, load_refcoco, load_refs
+from vprl.data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning, load_dataset
+from vprl.data.loaders.refcoco import coco_box_to_api, load_refcoco, load_refs
 
 FIX = Path(__file__).parent / "fixtures" / "datasets" / "refcoco"
 REFS_JSON = FIX / "refcoco" / "refs(unc).json"

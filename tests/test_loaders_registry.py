@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from data.loaders import DATASETS, dataset_options, load_dataset
-from data.records import Example, read_examples, write_jsonl
+from vprl.data.loaders import DATASETS, dataset_options, load_dataset
+from vprl.data.records import Example, read_examples, write_jsonl
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from data.loaders.gqa import load_gqa_questions
-from data.loaders.sampling import (
+from vprl.data.loaders.gqa import load_gqa_questions
+from vprl.data.loaders.sampling import (
     gqa_eval_sample,
     gqa_train_sample,
     okvqa_sample,
@@ -20,8 +20,8 @@ from data.loaders.sampling import (
     sugarcrepe_splits,
     vqav2_sample,
 )
-from data.loaders.sugarcrepe import CATEGORIES, load_sugarcrepe
-from data.loaders.vqav2 import load_vqa
+from vprl.data.loaders.sugarcrepe import CATEGORIES, load_sugarcrepe
+from vprl.data.loaders.vqav2 import load_vqa
 
 
 def write_gqa(path: Path, sizes: dict[str, int]) -> Path:

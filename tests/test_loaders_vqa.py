@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning
-from data.loaders.vqav2 import load_vqa, load_vqa_root
+from vprl.data.loaders import DatasetFileNotFound, DatasetFormatError, SkippedRowsWarning
+from vprl.data.loaders.vqav2 import load_vqa, load_vqa_root
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 VQ = FIX / "vqav2" / "v2_OpenEnded_mscoco_val2014_questions.json"

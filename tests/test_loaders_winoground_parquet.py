@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from data.loaders import DatasetFormatError, SkippedRowsWarning, load_dataset
+from vprl.data.loaders import DatasetFormatError, SkippedRowsWarning, load_dataset
 
 FIX = Path(__file__).parent / "fixtures" / "datasets" / "winoground"
 ROWS = [json.loads(line) for line in (FIX / "data" / "examples.jsonl").read_text().splitlines()]
@@ -98,7 +98,7 @@ def test_parquet_shards_are_read_in_order_and_jpeg_keeps_its_format(tmp_path):
 
 
 def test_parquet_bad_rows_name_file_row_and_column(tmp_path):
-    from data.loaders.winoground import load_winoground_parquet
+    from vprl.data.loaders.winoground import load_winoground_parquet
 
     rows = hub_rows()
     rows[1]["image_1"] = {"bytes": None, "path": "ex_1_img_1.png"}

@@ -11,12 +11,12 @@ import pytest
 import yaml
 from rl_tiny import RECIPE_BASE, build_policy
 
-from data.records import Example
-from executor.results import ExecutionResult
-from rewards.compose import RewardConfig, RewardSpec
-from train.recipe.mixture import ENTRY_META, entry_of, scoped_composer
-from train.recipe.parsing import ConfigError
-from train.recipe.rl_config import parse_rl_config
+from vprl.data.records import Example
+from vprl.executor.results import ExecutionResult
+from vprl.rewards.compose import RewardConfig, RewardSpec
+from vprl.train.recipe.mixture import ENTRY_META, entry_of, scoped_composer
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.rl_config import parse_rl_config
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_STACK = str(REPO / "configs/tools/shapes.yaml")
@@ -32,7 +32,7 @@ MIXTURE = {
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from data.shapes import BuildConfig, build_dataset
+    from vprl.data.shapes import BuildConfig, build_dataset
 
     root = tmp_path_factory.mktemp("mixture") / "world"
     build_dataset(
@@ -59,7 +59,7 @@ def _recipe(tmp_path, **values) -> Path:
 
 
 def _checked(tmp_path, world, model, **values):
-    from train.recipe.checks import validate
+    from vprl.train.recipe.checks import validate
 
     cfg = parse_rl_config(
         ["--config", str(_recipe(tmp_path, dataset_root=str(world), model_name_or_path=str(model), **values))]
@@ -137,7 +137,7 @@ def test_weights_decide_the_draws_and_every_example_is_drawn(tmp_path, world, mo
 
 
 def test_each_entry_gets_its_prompt_template(tmp_path, world, model):
-    from train.recipe.data import build_prompts
+    from vprl.train.recipe.data import build_prompts
 
     entries = [*MIXTURE["datasets"][:2], {**MIXTURE["datasets"][2], "prompt": {"include_guidelines": False}}]
     _, checked = _checked(tmp_path, world, model, dataset_mixture={**MIXTURE, "datasets": entries})
@@ -210,9 +210,9 @@ def test_a_scoped_reward_never_sees_the_other_entries():
 
 
 def test_metrics_rows_hold_each_tasks_reward_and_accuracy(tmp_path):
-    from train.online.callbacks import MetricsRecorder
-    from train.rollouts.log import RolloutRow
-    from train.runs.folder import MetricsLog
+    from vprl.train.online.callbacks import MetricsRecorder
+    from vprl.train.rollouts.log import RolloutRow
+    from vprl.train.runs.folder import MetricsLog
 
     examples = {ex.id: ex for ex in [_example(0, "a", True), _example(1, "b", False)]}
     rows = [
@@ -237,8 +237,8 @@ def test_metrics_rows_hold_each_tasks_reward_and_accuracy(tmp_path):
 
 
 def test_grpo_trains_on_a_mixture_and_records_it(tmp_path, world):
-    from train.rl import main
-    from train.rollouts.log import RolloutLog
+    from vprl.train.rl import main
+    from vprl.train.rollouts.log import RolloutLog
 
     policy = build_policy(tmp_path / "policy", world)
     recipe = _recipe(

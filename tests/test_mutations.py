@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.mutations import MUTATION_KINDS, Mutation, MutationPair, mutate, mutation_pairs
-from data.shapes.tasks import load_shapes_tasks, scene_graph_files
-from executor.host import ToolHost
-from executor.program import program_key
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.stack import build_backend
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.mutations import MUTATION_KINDS, Mutation, MutationPair, mutate, mutation_pairs
+from vprl.data.shapes.tasks import load_shapes_tasks, scene_graph_files
+from vprl.executor.host import ToolHost
+from vprl.executor.program import program_key
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.stack import build_backend
 
 # `[-1]` for `[0]` of a list holding one object (every "the X" phrase is unique) is the same object.
 NEVER_WRONG_ON_ORACLE = {"index_swap"}

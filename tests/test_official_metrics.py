@@ -20,11 +20,11 @@ from collections import defaultdict
 
 import pytest
 
-from data.loaders import load_dataset
-from data.loaders.sugarcrepe import CATEGORIES
-from data.records import Example
-from train.evaluation.metrics import Prediction, dataset_metrics, headline_value
-from train.evaluation.report import markdown, to_json
+from vprl.data.loaders import load_dataset
+from vprl.data.loaders.sugarcrepe import CATEGORIES
+from vprl.data.records import Example
+from vprl.train.evaluation.metrics import Prediction, dataset_metrics, headline_value
+from vprl.train.evaluation.report import markdown, to_json
 
 RNG_SEED = 25
 

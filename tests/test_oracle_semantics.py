@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from executor.api import ImagePatch, SourceImage, bind_client
-from executor.program import run_in_process
-from executor.tools import lexicon
-from executor.tools.images import ImageStore
-from executor.tools.inflection import same_noun
-from executor.tools.local import LocalToolClient
-from executor.tools.oracle import OracleBackend
+from vprl.executor.api import ImagePatch, SourceImage, bind_client
+from vprl.executor.program import run_in_process
+from vprl.executor.tools import lexicon
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.inflection import same_noun
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.oracle import OracleBackend
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROGRAMS = [json.loads(line) for line in (FIXTURES / "oracle_gqa_programs.jsonl").read_text().splitlines() if line]

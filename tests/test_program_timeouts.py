@@ -12,9 +12,9 @@ import pytest
 from test_runner import FaultyOracle
 from test_sandbox import make_world
 
-from executor.host import ToolHost
-from executor.runner import BatchRunner, RunnerConfig, SyncRunner
-from train.recipe.rl_config import parse_rl_config
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import BatchRunner, RunnerConfig, SyncRunner
+from vprl.train.recipe.rl_config import parse_rl_config
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_RECIPES = sorted(p.name for p in (REPO / "configs").glob("*.yaml") if p.name.startswith(("grpo_", "rest_")))
@@ -30,7 +30,7 @@ ASKING = (
 
 
 def _recipe_runner(name: str) -> RunnerConfig:
-    """The runner a recipe's run builds (train/recipe/checks.py)."""
+    """The runner a recipe's run builds (vprl/train/recipe/checks.py)."""
     executor = parse_rl_config(["--config", str(REPO / "configs" / name)]).executor
     return RunnerConfig(slots=2, timeout_s=executor.executor_timeout_s, max_rpcs=executor.executor_max_rpcs)
 

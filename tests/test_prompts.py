@@ -1,4 +1,4 @@
-"""The prompt builder: API listing rendered from executor.api, slot order, ICE files, config round-trip."""
+"""The prompt builder: API listing rendered from vprl.executor.api, slot order, ICE files, config round-trip."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from executor.api import API_OBJECTS, ImagePatch
-from executor.api.spec import VARIANTS, ApiVariant, get_variant
-from train.prompts import (
+from vprl.executor.api import API_OBJECTS, ImagePatch
+from vprl.executor.api.spec import VARIANTS, ApiVariant, get_variant
+from vprl.train.prompts import (
     PreviousAttempt,
     PromptConfig,
     PromptTemplate,
@@ -22,7 +22,7 @@ from train.prompts import (
     read_examples,
     render_api,
 )
-from train.prompts.render import render_function
+from vprl.train.prompts.render import render_function
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_ICES = REPO / "configs" / "prompts" / "example_ices.jsonl"

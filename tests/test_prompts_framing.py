@@ -12,8 +12,8 @@ pytest.importorskip("transformers")
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from executor.program import extract_program  # noqa: E402
-from train.prompts import (  # noqa: E402
+from vprl.executor.program import extract_program  # noqa: E402
+from vprl.train.prompts import (  # noqa: E402
     STOP_SEQUENCES,
     PromptConfig,
     build_prompt,
@@ -21,7 +21,7 @@ from train.prompts import (  # noqa: E402
     encode_prompt,
     frame_prompt,
 )
-from train.prompts.render import render_api  # noqa: E402
+from vprl.train.prompts.render import render_api  # noqa: E402
 
 GEMMA_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data.boxes import box_from_top_left
-from executor.api import SourceImage, Video
-from executor.program import run_in_process
-from executor.tools.images import ImageStore
-from executor.tools.local import LocalToolClient
-from executor.tools.oracle import OracleBackend
+from vprl.data.boxes import box_from_top_left
+from vprl.executor.api import SourceImage, Video
+from vprl.executor.program import run_in_process
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.oracle import OracleBackend
 
 FIXTURE = Path(__file__).parent / "fixtures" / "published" / "programs.jsonl"
 RECORDS = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]

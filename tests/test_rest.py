@@ -34,15 +34,15 @@ from rest_helpers import (
 )
 from safetensors.torch import load_file
 
-from train.prompts import encode_prompt, frame_prompt
-from train.recipe.parsing import ConfigError
-from train.recipe.sections import RestArgs
-from train.rest.iterations import adapter_dir, initial_adapter_dir, read_summary
-from train.rest.loop import run_rest
-from train.rest.select import select_kept
-from train.rest.sft import program_body, sft_example
-from train.rollouts.log import RolloutLog, RolloutRow
-from train.sampling.hf import HFGenerator
+from vprl.train.prompts import encode_prompt, frame_prompt
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.sections import RestArgs
+from vprl.train.rest.iterations import adapter_dir, initial_adapter_dir, read_summary
+from vprl.train.rest.loop import run_rest
+from vprl.train.rest.select import select_kept
+from vprl.train.rest.sft import program_body, sft_example
+from vprl.train.rollouts.log import RolloutLog, RolloutRow
+from vprl.train.sampling.hf import HFGenerator
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -188,7 +188,7 @@ def test_rest_with_the_random_policy_keeps_nothing_and_carries_on(tmp_path, worl
     model, tok = build_policy(tmp_path / "policy", world_corpus(world), seed=1)
     run_dir = tmp_path / "run"
     log = RolloutLog.in_run(run_dir)
-    with caplog.at_level(logging.WARNING, logger="train.rest.select"):
+    with caplog.at_level(logging.WARNING, logger="vprl.train.rest.select"):
         run_rest(
             model=model,
             tokenizer=tok,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from rest_helpers import build_world, prompt_for
 
-from train.rest.iterations import adapter_dir, read_summary
-from train.rest.ranks import Ranks, gather_timeout_s
-from train.rollouts.log import RolloutLog
+from vprl.train.rest.iterations import adapter_dir, read_summary
+from vprl.train.rest.ranks import Ranks, gather_timeout_s
+from vprl.train.rollouts.log import RolloutLog
 
 REPO = Path(__file__).resolve().parents[1]
 

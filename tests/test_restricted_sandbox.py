@@ -13,9 +13,9 @@ import threading
 import pytest
 from test_sandbox import CANARY, make_world
 
-from executor.runner import RunnerConfig, SyncRunner
-from executor.sandbox import landlock, probe, restricted, restricted_filter, seccomp, syscalls
-from executor.sandbox.probe import LAYERS
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.sandbox import landlock, probe, restricted, restricted_filter, seccomp, syscalls
+from vprl.executor.sandbox.probe import LAYERS
 
 OK = {name: "ok" for name in (*LAYERS, *restricted.RESTRICTED_LAYERS)}
 NO_NAMESPACES = {**OK, **{name: "PermissionError: [Errno 1]" for name in restricted.NAMESPACE_LAYERS}}
@@ -161,7 +161,7 @@ def test_what_it_gives_up_depends_on_root():
 def test_the_mode_can_be_forced_where_namespaces_work(tmp_path, caplog):
     host, examples = make_world(tmp_path)
     with (
-        caplog.at_level(logging.WARNING, logger="executor"),
+        caplog.at_level(logging.WARNING, logger="vprl.executor"),
         SyncRunner(host, RunnerConfig(slots=2, timeout_s=2.0, sandbox="restricted")) as runner,
     ):
         assert runner.runner.isolation == "restricted" and runner.runner.supervisor.spawn == "plain"
@@ -171,13 +171,13 @@ def test_the_mode_can_be_forced_where_namespaces_work(tmp_path, caplog):
     assert 60000 <= facts["uid"] < 61000 and facts["pid"] != 1  # a slot's uid, in the host's pid namespace
     assert facts["root"] == [] and facts["env"] == [] and facts["fds"] == [0, 1, 2, 3, 4]
     assert facts["setuid0"] is False and facts["socket"] == "absent" and facts["fsize"] == 0
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "executor.runner"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "vprl.executor.runner"]
     assert "restricted sandbox, without namespaces, as asked; files walled off by chroot;" in line
 
 
 def test_auto_runs_the_full_sandbox_here_without_a_word(tmp_path, caplog):
     host, examples = make_world(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="executor"), SyncRunner(host, RunnerConfig(slots=1)) as runner:
+    with caplog.at_level(logging.WARNING, logger="vprl.executor"), SyncRunner(host, RunnerConfig(slots=1)) as runner:
         assert runner.runner.isolation == "full"
         assert runner.run([(examples[0], CANARY)])[0].answer["pid"] == 1
     assert [r for r in caplog.records if r.name.startswith("executor")] == []

@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import math
 
-from data.records import Example
-from executor.results import ExecutionResult
-from rewards.compose import RewardBatch
-from rewards.trl_adapter import TrlRewardAdapter
+from vprl.data.records import Example
+from vprl.executor.results import ExecutionResult
+from vprl.rewards.compose import RewardBatch
+from vprl.rewards.trl_adapter import TrlRewardAdapter
 
 
 class _Scored:

@@ -1,11 +1,11 @@
 import pytest
 
-from data.records import Example
-from executor.results import ExecutionResult
-from rewards.compose import DEFAULT_PENALTIES, RewardComposer, RewardConfig, RewardSpec
-from rewards.diagnostics import diagnostics, is_trivial
-from rewards.groups import is_zero_variance, zero_variance_groups
-from rewards.registry import build_reward, reward_names
+from vprl.data.records import Example
+from vprl.executor.results import ExecutionResult
+from vprl.rewards.compose import DEFAULT_PENALTIES, RewardComposer, RewardConfig, RewardSpec
+from vprl.rewards.diagnostics import diagnostics, is_trivial
+from vprl.rewards.groups import is_zero_variance, zero_variance_groups
+from vprl.rewards.registry import build_reward, reward_names
 
 
 def _ex(i, answer="red"):

@@ -7,14 +7,14 @@ import pytest
 import torch
 import yaml
 
-from data.records import Example
-from executor.results import ExecutionResult
-from rewards.compose import RewardBatch
-from rewards.trl_adapter import TrlRewardAdapter
-from train.online.trainers import stop_length, zero_variance_rows
-from train.recipe.parsing import ConfigError
-from train.recipe.rl_config import ALGORITHMS, parse_rl_config
-from train.runs import folder as runs
+from vprl.data.records import Example
+from vprl.executor.results import ExecutionResult
+from vprl.rewards.compose import RewardBatch
+from vprl.rewards.trl_adapter import TrlRewardAdapter
+from vprl.train.online.trainers import stop_length, zero_variance_rows
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.rl_config import ALGORITHMS, parse_rl_config
+from vprl.train.runs import folder as runs
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.name.startswith("quickstart"))
@@ -122,7 +122,7 @@ def fake_model(tmp_path):
 
 
 def _fails(tmp_path, match, **values):
-    from train.rl import main
+    from vprl.train.rl import main
 
     with pytest.raises(ConfigError, match=match):
         main(["--config", str(_recipe(tmp_path, **values))])
@@ -283,7 +283,7 @@ def test_zero_variance_groups_use_scorable_totals():
 
 
 def test_stop_length_cuts_after_the_stop_token():
-    from train.policy.tiny import train_tokenizer
+    from vprl.train.policy.tiny import train_tokenizer
 
     tok = train_tokenizer(["def execute_command(image):\n    return 'a'\n\n# next query\n"] * 20, vocab_size=500)
     body = "\n    return 'a'\n\n# next query\ndef x():"

@@ -1,4 +1,4 @@
-"""`train/rl.py` under FSDP2 with two CPU processes: the real `configs/accelerate/fsdp.yaml`, with only
+"""`vprl/train/rl.py` under FSDP2 with two CPU processes: the real `configs/accelerate/fsdp.yaml`, with only
 its GPU-specific keys overridden (use_cpu, no bf16, 2 processes), launched by `accelerate launch`.
 
 accelerate never selects FSDP on a CPU-only machine (the run would silently be DDP over gloo), so the
@@ -16,7 +16,7 @@ import pytest
 import yaml
 from rl_tiny import build_policy, build_world, write_recipe
 
-from train.rollouts.log import RolloutLog
+from vprl.train.rollouts.log import RolloutLog
 
 REPO = Path(__file__).resolve().parents[1]
 FSDP_CONFIG = REPO / "configs/accelerate/fsdp.yaml"
@@ -54,7 +54,7 @@ def test_grpo_trains_two_steps_under_fsdp2_on_two_cpu_processes(tmp_path, assets
     )
     accelerate_config = cpu_fsdp_config(tmp_path / "fsdp_cpu.yaml", 28000 + os.getpid() % 500)
     command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", str(accelerate_config)]
-    command += ["tests/fsdp_cpu_launch.py", "train/rl.py", "--config", str(recipe)]
+    command += ["tests/fsdp_cpu_launch.py", "vprl/train/rl.py", "--config", str(recipe)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     log = tmp_path / "fsdp.log"
     with open(log, "w") as out:

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from data.records import Example
-from executor.results import ExecutionResult
-from rewards.compose import RewardBatch
-from rewards.trl_adapter import BatchTiming, TrlRewardAdapter
+from vprl.data.records import Example
+from vprl.executor.results import ExecutionResult
+from vprl.rewards.compose import RewardBatch
+from vprl.rewards.trl_adapter import BatchTiming, TrlRewardAdapter
 
 EXAMPLES = {
     f"e{i}": Example(id=f"e{i}", dataset="gqa", task="vqa", query="q?", image="x.png", answers=("a",))

@@ -1,4 +1,4 @@
-"""`train/rl.py` end to end on a CPU: a tiny policy, the shapes world, the real sandboxed executor with
+"""`vprl/train/rl.py` end to end on a CPU: a tiny policy, the shapes world, the real sandboxed executor with
 the pixel-only `shapes` tools. GRPO and RLOO train and change the adapter; the vLLM code path runs
 with a fake engine; a run killed with SIGKILL resumes from its last checkpoint without losing or
 duplicating rollout rows; two processes (torchrun path, gloo) train a step."""
@@ -16,7 +16,7 @@ import pytest
 import yaml
 from rl_tiny import FakeVLLMGeneration, build_policy, build_world, write_recipe
 
-from train.rollouts.log import RolloutLog
+from vprl.train.rollouts.log import RolloutLog
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_STACK = str(REPO / "configs/tools/shapes.yaml")
@@ -78,7 +78,7 @@ def _assert_learned_something(run: Path) -> None:
 
 
 def test_grpo_trains_and_writes_the_run_folder(tmp_path, assets):
-    from train.rl import main
+    from vprl.train.rl import main
 
     adapter = main(["--config", str(_recipe(tmp_path, assets, max_steps=2))])
     run = tmp_path / "run"
@@ -99,7 +99,7 @@ def test_grpo_trains_and_writes_the_run_folder(tmp_path, assets):
     assert [m["step"] for m in logged if "loss" in m] == [1, 2]
     assert {"exec/ok", "exec/syntax_error", "tools/cache_hit_rate", "rewards/correctness/mean"} <= set(logged[0])
     # the resolved recipe reads back
-    from train.recipe.rl_config import parse_rl_config
+    from vprl.train.recipe.rl_config import parse_rl_config
 
     assert parse_rl_config(["--config", str(run / "config.yaml")]).to_flat() == yaml.safe_load(
         (run / "config.yaml").read_text()
@@ -113,7 +113,7 @@ def test_grpo_trains_and_writes_the_run_folder(tmp_path, assets):
 
 
 def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, assets, monkeypatch):
-    from train.rl import main
+    from vprl.train.rl import main
 
     for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
         monkeypatch.delenv(key, raising=False)
@@ -151,11 +151,13 @@ def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, a
 def test_vllm_path_with_a_fake_engine(tmp_path, assets, monkeypatch):
     import trl.trainer.grpo_trainer as grpo_trainer
 
-    import train.recipe.checks
-    import train.rl
+    import vprl.train.recipe.checks
+    import vprl.train.rl
 
     monkeypatch.setattr(grpo_trainer, "VLLMGeneration", FakeVLLMGeneration)
-    monkeypatch.setattr(train.recipe.checks, "require_vllm", lambda key: None)  # vLLM itself is not installed here
+    monkeypatch.setattr(
+        vprl.train.recipe.checks, "require_vllm", lambda key: None
+    )  # vLLM itself is not installed here
     FakeVLLMGeneration.instances.clear()
     recipe = _recipe(
         tmp_path,
@@ -166,7 +168,7 @@ def test_vllm_path_with_a_fake_engine(tmp_path, assets, monkeypatch):
         vllm_importance_sampling_correction=False,
         top_p=1.0,  # the fake scripts its completions
     )
-    train.rl.main(["--config", str(recipe)])
+    vprl.train.rl.main(["--config", str(recipe)])
     (engine,) = FakeVLLMGeneration.instances
     assert engine.calls == 1 and engine.synced >= 1
     assert "\n#" in engine.kwargs["generation_kwargs"]["stop"]  # vLLM stops at the end of the program itself
@@ -190,7 +192,7 @@ def _launch(args: list[str], log: Path, **kwargs) -> subprocess.Popen:
 def test_sigkill_then_the_same_command_resumes(tmp_path, assets):
     recipe = _recipe(tmp_path, assets, max_steps=6, per_device_train_batch_size=8)
     run = tmp_path / "run"
-    command = [sys.executable, "train/rl.py", "--config", str(recipe)]
+    command = [sys.executable, "vprl/train/rl.py", "--config", str(recipe)]
     proc = _launch(command, tmp_path / "first.log")
     deadline = time.time() + 240
     while not (run / "checkpoint-2" / "trainer_state.json").is_file():
@@ -231,7 +233,7 @@ def test_two_processes_train_a_step(tmp_path, assets):
         "--main_process_port",
         str(29500 + os.getpid() % 500),
     ]
-    command += ["train/rl.py", "--config", str(recipe)]
+    command += ["vprl/train/rl.py", "--config", str(recipe)]
     proc = _launch(command, tmp_path / "ddp.log")
     assert proc.wait(timeout=300) == 0, (tmp_path / "ddp.log").read_text()[-3000:]
     log = (tmp_path / "ddp.log").read_text()
@@ -243,7 +245,7 @@ def test_two_processes_train_a_step(tmp_path, assets):
 
 
 def test_qlora_grpo_step(tmp_path, assets):
-    from train.rl import main
+    from vprl.train.rl import main
 
     recipe = _recipe(
         tmp_path,
@@ -263,9 +265,9 @@ def test_qlora_grpo_step(tmp_path, assets):
 
 
 def test_rest_dispatches_to_the_rest_loop(tmp_path, assets):
-    from train.recipe.rl_config import parse_rl_config
-    from train.rest.sft import iteration_args
-    from train.rl import main
+    from vprl.train.recipe.rl_config import parse_rl_config
+    from vprl.train.rest.sft import iteration_args
+    from vprl.train.rl import main
 
     recipe = _rest_recipe(tmp_path, assets, rest_max_new_tokens=48, learning_rate=1e-3)
     cfg = parse_rl_config(["--config", str(recipe)])
@@ -303,7 +305,7 @@ def test_rest_with_two_processes_samples_once_and_trains_on_both(tmp_path, asset
     accelerate = str(Path(sys.executable).parent / "accelerate")
     command = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     command += ["--mixed_precision", "no", "--dynamo_backend", "no"]
-    command += ["--main_process_port", str(29000 + os.getpid() % 500), "train/rl.py", "--config", str(recipe)]
+    command += ["--main_process_port", str(29000 + os.getpid() % 500), "vprl/train/rl.py", "--config", str(recipe)]
     proc = _launch(command, tmp_path / "ddp.log")
     assert proc.wait(timeout=300) == 0, (tmp_path / "ddp.log").read_text()[-3000:]
     assert "Traceback" not in (tmp_path / "ddp.log").read_text()
@@ -326,9 +328,9 @@ def test_execution_starts_before_the_reward_call(tmp_path, assets, monkeypatch):
     """RLOO with beta > 0 computes old and reference log-probabilities between generation and the reward call:
     with `overlap_execution` (the default) each batch's programs start before those passes and are
     executed once; training still moves the adapter."""
-    from train.online.trainers import ProgramRLOOTrainer
-    from train.rl import main
-    from train.rollouts.scorer import ProgramScorer
+    from vprl.train.online.trainers import ProgramRLOOTrainer
+    from vprl.train.rl import main
+    from vprl.train.rollouts.scorer import ProgramScorer
 
     events: list[str] = []
 

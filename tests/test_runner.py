@@ -16,12 +16,12 @@ from hostile_probes import PROBES, PWNED, source_of
 from own_processes import sandbox_pids
 from test_sandbox import NORMAL, make_world, normal_program
 
-from data.records import write_jsonl
-from executor.host import ToolHost
-from executor.runner import BatchRunner, RunnerConfig, SyncRunner
-from executor.tools.calls import ToolCall
-from executor.tools.errors import ToolError, ToolUnavailable
-from executor.tools.oracle import OracleBackend
+from vprl.data.records import write_jsonl
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import BatchRunner, RunnerConfig, SyncRunner
+from vprl.executor.tools.calls import ToolCall
+from vprl.executor.tools.errors import ToolError, ToolUnavailable
+from vprl.executor.tools.oracle import OracleBackend
 
 BUSY = "def execute_command(image):\n    while True:\n        pass\n"
 
@@ -237,7 +237,7 @@ def _wait_no_sandboxes(seconds: float = 2.0) -> bool:
 
 # -- CLI ------------------------------------------------------------------------------------------
 def test_cli_end_to_end(tmp_path, capsys):
-    from executor.run import main
+    from vprl.executor.run import main
 
     host, examples = make_world(tmp_path)
     graphs = tmp_path / "sceneGraphs.json"

@@ -11,15 +11,15 @@ import pytest
 from own_processes import SANDBOX_UID_BASE, sandbox_pids
 from PIL import Image
 
-from data.records import Example
-from executor.host import ToolHost
-from executor.runner import BatchRunner, RunnerConfig, SyncRunner
-from executor.sandbox import framing
-from executor.sandbox.child import UIDS_PER_SLOT
-from executor.sandbox.connection import SandboxUnavailable
-from executor.sandbox.probe import LAYERS, explain_missing, probe_layers
-from executor.tools.images import ImageStore
-from executor.tools.oracle import OracleBackend
+from vprl.data.records import Example
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import BatchRunner, RunnerConfig, SyncRunner
+from vprl.executor.sandbox import framing
+from vprl.executor.sandbox.child import UIDS_PER_SLOT
+from vprl.executor.sandbox.connection import SandboxUnavailable
+from vprl.executor.sandbox.probe import LAYERS, explain_missing, probe_layers
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.oracle import OracleBackend
 
 SECRET_ANSWER = "zebra" + "crossing" + "-7f3a"  # built at run time so this file's text is not the needle
 SECRET_ATTR = "mauve" + "ish" + "-91c"

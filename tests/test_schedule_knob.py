@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.recipe.parsing import ConfigError
-from train.recipe.rl_config import parse_rl_config
-from train.recipe.sections import accumulation_for
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.rl_config import parse_rl_config
+from vprl.train.recipe.sections import accumulation_for
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = {
@@ -31,8 +31,8 @@ RECIPE = {
 # One process's view of the recipe, and whether validation warned about the schedule.
 PROBE = """
 import json, os, sys, warnings
-from train.recipe.checks import check_schedule
-from train.recipe.rl_config import parse_rl_config
+from vprl.train.recipe.checks import check_schedule
+from vprl.train.recipe.rl_config import parse_rl_config
 cfg = parse_rl_config(sys.argv[1:])
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")

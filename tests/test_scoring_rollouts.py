@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.tasks import load_shapes_tasks
-from executor.host import ToolHost
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.stack import build_backend
-from rewards.compose import RewardComposer, RewardConfig
-from rewards.registry import build_reward
-from train.rollouts.log import RolloutLog, RolloutRow
-from train.rollouts.scorer import ProgramScorer
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.stack import build_backend
+from vprl.rewards.compose import RewardComposer, RewardConfig
+from vprl.rewards.registry import build_reward
+from vprl.train.rollouts.log import RolloutLog, RolloutRow
+from vprl.train.rollouts.scorer import ProgramScorer
 
 
 @pytest.fixture(scope="module")

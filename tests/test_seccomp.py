@@ -14,8 +14,8 @@ import time
 import pytest
 from test_sandbox import make_world
 
-from executor.runner import RunnerConfig, SyncRunner
-from executor.sandbox import probe, seccomp, syscalls
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.sandbox import probe, seccomp, syscalls
 
 AUDIT_ARCH_OFFSET = 4  # offsetof(struct seccomp_data, arch)
 

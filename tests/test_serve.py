@@ -18,14 +18,14 @@ import yaml
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 
-from data.records import write_jsonl  # noqa: E402
-from data.shapes import BuildConfig, build_dataset, load_gold_programs  # noqa: E402
-from data.shapes.tasks import load_shapes_tasks  # noqa: E402
-from executor.backends import open_backend  # noqa: E402
-from executor.host import ToolHost  # noqa: E402
-from executor.runner import RunnerConfig, SyncRunner  # noqa: E402
-from executor.serve.deploy import ServiceUnavailable, deploy, undeploy  # noqa: E402
-from executor.tools.stack import build_backend  # noqa: E402
+from vprl.data.records import write_jsonl  # noqa: E402
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs  # noqa: E402
+from vprl.data.shapes.tasks import load_shapes_tasks  # noqa: E402
+from vprl.executor.backends import open_backend  # noqa: E402
+from vprl.executor.host import ToolHost  # noqa: E402
+from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402
+from vprl.executor.serve.deploy import ServiceUnavailable, deploy, undeploy  # noqa: E402
+from vprl.executor.tools.stack import build_backend  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # A short batch window, so calls of different clients meet in one batch even on a slow CPU.
@@ -62,7 +62,7 @@ def _run_cli(tmp_path, examples, programs, stack, service=None, name="out") -> l
         [{"id": str(i), "example_id": e.id, "program": p} for i, (e, p) in enumerate(programs)],
     )
     out = tmp_path / f"{name}.jsonl"
-    command = [sys.executable, "-m", "executor.run", "--examples", str(tmp_path / "examples.jsonl")]
+    command = [sys.executable, "-m", "vprl.executor.run", "--examples", str(tmp_path / "examples.jsonl")]
     command += [
         "--programs",
         str(tmp_path / "programs.jsonl"),
@@ -164,7 +164,7 @@ def test_a_missing_service_or_tool_fails_at_start_naming_it(tmp_path, cluster):
     stack.write_text(yaml.safe_dump({"backend": "shapes", "serve": {"app_prefix": "nobody-", "tools": ["detect"]}}))
     with pytest.raises(ServiceUnavailable, match=r"does not deploy detect \(applications nobody-detect\)"):
         open_backend(stack, service=address)
-    command = [sys.executable, "-c", "from executor.serve.deploy import connect; connect('127.0.0.1:1')"]
+    command = [sys.executable, "-c", "from vprl.executor.serve.deploy import connect; connect('127.0.0.1:1')"]
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ})
     assert proc.returncode != 0 and "no Ray cluster at '127.0.0.1:1'" in proc.stderr
 
@@ -198,7 +198,7 @@ def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, clu
     )
     command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2"]
     command += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    command += ["--main_process_port", str(29700 + os.getpid() % 200), "train/rl.py", "--config", str(recipe)]
+    command += ["--main_process_port", str(29700 + os.getpid() % 200), "vprl/train/rl.py", "--config", str(recipe)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     try:
         proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -214,7 +214,7 @@ def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, clu
 
 
 def test_the_serve_section_is_checked_naming_the_bad_key():
-    from executor.serve.settings import parse_serve
+    from vprl.executor.serve.settings import parse_serve
 
     stack = {"_source": "s.yaml", "detect": {"model": "m", "max_batch_size": 8}}
     settings = parse_serve({**stack, "serve": {"groups": {"pair": ["detect", "vqa"]}}}, ["detect", "vqa", "itm"])

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data.shapes.render import render
-from data.shapes.scene import SHAPES, Scene, ShapeObject, shape_box
-from executor.api import ImagePatch, SourceImage, bind_client
-from executor.tools.calls import ToolCall
-from executor.tools.images import ImageStore
-from executor.tools.local import LocalToolClient
-from executor.tools.shapes import ShapesBackend, segment
-from executor.tools.stack import build_backend
+from vprl.data.shapes.render import render
+from vprl.data.shapes.scene import SHAPES, Scene, ShapeObject, shape_box
+from vprl.executor.api import ImagePatch, SourceImage, bind_client
+from vprl.executor.tools.calls import ToolCall
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.shapes import ShapesBackend, segment
+from vprl.executor.tools.stack import build_backend
 
 
 def make_object(i: int, shape: str, color: str, size: str, cx: int, cy: int, r: int, angle: float = 10.0):
@@ -97,7 +97,7 @@ def test_segmentation_is_cached_per_image(setup, monkeypatch):
     backend, info, image = setup
     image.find("circle")
     calls = []
-    import executor.tools.shapes.backend as mod
+    import vprl.executor.tools.shapes.backend as mod
 
     monkeypatch.setattr(mod, "segment", lambda px: calls.append(1) or [])
     image.find("square")

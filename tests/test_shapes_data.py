@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from data.loaders import DatasetFormatError, load_dataset, load_scene_graphs
-from data.shapes import FAMILIES, HELDOUT_FAMILIES, TRAIN_FAMILIES, BuildConfig, build_dataset, load_gold_programs
-from data.shapes.__main__ import main as cli_main
-from data.shapes.matching import SUGARCREPE_CATEGORIES
-from executor.api import SourceImage
-from executor.program import run_in_process
-from executor.tools.images import ImageStore
-from executor.tools.local import LocalToolClient
-from executor.tools.oracle import OracleBackend
-from executor.tools.shapes import ShapesBackend
+from vprl.data.loaders import DatasetFormatError, load_dataset, load_scene_graphs
+from vprl.data.shapes import FAMILIES, HELDOUT_FAMILIES, TRAIN_FAMILIES, BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.__main__ import main as cli_main
+from vprl.data.shapes.matching import SUGARCREPE_CATEGORIES
+from vprl.executor.api import SourceImage
+from vprl.executor.program import run_in_process
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.oracle import OracleBackend
+from vprl.executor.tools.shapes import ShapesBackend
 
 GQA = {"image_pattern": "{image_id}.png"}
 SCENE_FILES = [
@@ -140,7 +140,18 @@ def test_cli_is_deterministic(tmp_path):
     cli_main(["--out", str(tmp_path / "a"), "--seed", "3", "--workers", "1", *args])
     cli_main(["--out", str(tmp_path / "c"), "--seed", "4", "--workers", "1", *args])
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    cmd = [sys.executable, "-m", "data.shapes", "--out", str(tmp_path / "b"), "--seed", "3", "--workers", "2", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vprl.data.shapes",
+        "--out",
+        str(tmp_path / "b"),
+        "--seed",
+        "3",
+        "--workers",
+        "2",
+        *args,
+    ]
     subprocess.run(cmd, check=True, env=env, cwd=Path(__file__).parents[1], capture_output=True)
     a, b, c = (_digest(tmp_path / n) for n in "abc")
     assert a == b and len(a) > 20

@@ -19,13 +19,13 @@ pytest.importorskip("transformers")
 
 import tiny_models as tiny  # noqa: E402
 
-from executor.host import ToolHost  # noqa: E402
-from executor.tools.calls import ToolCall  # noqa: E402
-from executor.tools.hf import HFBackend  # noqa: E402
-from train.recipe import layout  # noqa: E402
-from train.recipe.checks import reward_config  # noqa: E402
-from train.recipe.parsing import ConfigError  # noqa: E402
-from train.recipe.rl_config import parse_rl_config  # noqa: E402
+from vprl.executor.host import ToolHost  # noqa: E402
+from vprl.executor.tools.calls import ToolCall  # noqa: E402
+from vprl.executor.tools.hf import HFBackend  # noqa: E402
+from vprl.train.recipe import layout  # noqa: E402
+from vprl.train.recipe.checks import reward_config  # noqa: E402
+from vprl.train.recipe.parsing import ConfigError  # noqa: E402
+from vprl.train.recipe.rl_config import parse_rl_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,10 +102,10 @@ def test_preloading_places_every_tool_on_the_ranks_gpu(monkeypatch, clip_path, s
 def test_the_unit_test_writer_and_the_verifiers_embedder_of_rank_3_load_on_gpu_3(monkeypatch, clip_path, lm_path):
     """Fault: the writer, the image generator and the embedders resolved "cuda"/"auto" without an
     index: GPU 0 for every rank."""
-    from rewards.unit_tests import diffusion
-    from rewards.unit_tests.llm_backends import BackendSettings
-    from rewards.unit_tests.llm_backends import HFBackend as WriterBackend
-    from rewards.verifiers.embedders import build_embedder
+    from vprl.rewards.unit_tests import diffusion
+    from vprl.rewards.unit_tests.llm_backends import BackendSettings
+    from vprl.rewards.unit_tests.llm_backends import HFBackend as WriterBackend
+    from vprl.rewards.verifiers.embedders import build_embedder
 
     gpus = FakeGPUs(monkeypatch, 8)
     monkeypatch.setenv("LOCAL_RANK", "3")
@@ -138,7 +138,7 @@ def test_the_unit_test_writer_and_the_verifiers_embedder_of_rank_3_load_on_gpu_3
 
 def test_a_vllm_engine_is_refused_on_a_rank_whose_gpu_vllm_would_not_use(monkeypatch):
     """vLLM starts an engine on the first visible GPU: on rank 1 of two GPUs it would land on GPU 0."""
-    from rewards.unit_tests.llm_backends import BackendSettings, VllmBackend
+    from vprl.rewards.unit_tests.llm_backends import BackendSettings, VllmBackend
 
     FakeGPUs(monkeypatch, 2)
     built = []
@@ -205,7 +205,7 @@ def test_an_unprepared_vllm_writer_is_refused_before_any_work_under_two_gpus(mon
 
 
 def test_a_run_stops_when_accelerates_gpu_is_not_where_its_tools_would_load(monkeypatch):
-    from train.rl import check_device
+    from vprl.train.rl import check_device
 
     FakeGPUs(monkeypatch, 8)
     monkeypatch.setenv("LOCAL_RANK", "3")

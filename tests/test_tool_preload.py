@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 from test_sandbox import make_world
 
-import train.rl as rl
-from executor.host import ToolHost
-from executor.runner import RunnerConfig
-from executor.tools.calls import ToolCall
-from executor.tools.oracle import OracleBackend
+import vprl.train.rl as rl
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig
+from vprl.executor.tools.calls import ToolCall
+from vprl.executor.tools.oracle import OracleBackend
 
 VQA = "def execute_command(image):\n    return ImagePatch(image).simple_query('what color is the cat?')\n"
 
@@ -74,7 +74,7 @@ def stack_paths(tmp_path_factory):
 
 
 def test_the_hf_backend_loads_every_configured_model_before_any_call(stack_paths, store):
-    from executor.tools.hf import HFBackend
+    from vprl.executor.tools.hf import HFBackend
 
     images, ref = store
     backend = HFBackend(
@@ -98,7 +98,7 @@ def test_a_served_replica_loads_its_models_before_serve_routes_a_call_to_it(stac
     """Fault: a replica loaded its model on its first request, inside the client's timeout, whatever
     `deploy.py` said. Serve routes nothing to a replica before its constructor returns."""
     pytest.importorskip("ray.serve")
-    from executor.serve.replica import ToolReplica
+    from vprl.executor.serve.replica import ToolReplica
 
     stack = {"backend": "hf", "device": "cpu", "itm": {"model": stack_paths["clip"]}}
     replica = ToolReplica(stack, ["itm"], max_batch_size=4, wait_s=0.01, cache_size=100)
@@ -107,7 +107,7 @@ def test_a_served_replica_loads_its_models_before_serve_routes_a_call_to_it(stac
 
 
 def test_a_deployment_that_may_scale_to_zero_is_refused():
-    from executor.serve.settings import parse_serve
+    from vprl.executor.serve.settings import parse_serve
 
     stack = {"_source": "stack.yaml", "serve": {"itm": {"autoscaling": {"min_replicas": 0, "max_replicas": 2}}}}
     with pytest.raises(ValueError, match=r"stack\.yaml: serve\.itm: autoscaling\.min_replicas must be >= 1"):
@@ -121,8 +121,8 @@ def test_a_deployed_stack_has_its_models_loaded_when_deploy_returns(stack_paths,
     serve = pytest.importorskip("ray.serve")
     import yaml
 
-    from executor.backends import open_backend
-    from executor.serve.deploy import deploy
+    from vprl.executor.backends import open_backend
+    from vprl.executor.serve.deploy import deploy
 
     stack = tmp_path / "hf_preload.yaml"
     itm = {"model": stack_paths["clip"]}

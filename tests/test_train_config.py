@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from train.recipe.parsing import ConfigError, parse_config
+from vprl.train.recipe.parsing import ConfigError, parse_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,9 +48,9 @@ def test_missing_config_file(tmp_path):
 
 def test_quickstart_prints_the_newcomers_gains_next_to_the_documented_ones():
     """#29 item 1: one run is judged against the three-seed figures it can be compared with (mean
-    ± 2 std over seeds), and the README quotes the same figures as train/quickstart_expected.yaml."""
-    from train.evaluation.metrics import DatasetMetrics
-    from train.quickstart import EXPECTED, comparison, expected_gains
+    ± 2 std over seeds), and the README quotes the same figures as vprl/train/quickstart_expected.yaml."""
+    from vprl.train.evaluation.metrics import DatasetMetrics
+    from vprl.train.quickstart import EXPECTED, comparison, expected_gains
 
     def metrics(ds: str, accuracy: float) -> DatasetMetrics:
         return DatasetMetrics(ds, "vqa", 100, {"accuracy": accuracy}, cell="accuracy")
@@ -83,8 +83,8 @@ def test_quickstart_prints_the_newcomers_gains_next_to_the_documented_ones():
 
 def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     """#29 item 3: resuming started a new wandb run, so the curves split in two."""
-    from train.recipe.rl_config import parse_rl_config
-    from train.rl import setup_reporting
+    from vprl.train.recipe.rl_config import parse_rl_config
+    from vprl.train.rl import setup_reporting
 
     for key in ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_DIR", "WANDB_MODE"):
         monkeypatch.delenv(key, raising=False)
@@ -102,7 +102,7 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
 def test_the_evaluation_takes_train_rls_names_for_the_same_settings(tmp_path):
     """#29 item 3: `prompt_layout` / `layout`, `executor_timeout_s` / `timeout_s`, `tool_stack` /
     `tools` named one setting differently in the two commands."""
-    from train.evaluation.config import EvalConfig
+    from vprl.train.evaluation.config import EvalConfig
 
     (cfg,) = parse_config(
         [EvalConfig], ["--prompt_layout", "bare", "--executor_timeout_s=7", "--tool_stack", "x.yaml"]
@@ -115,7 +115,7 @@ def test_the_evaluation_takes_train_rls_names_for_the_same_settings(tmp_path):
 
 
 def test_help_is_grouped_and_prepare_unit_tests_leaves_the_trainer_out():
-    """#29 item 3: train.rl --help was ~1,500 ungrouped lines; prepare_unit_tests listed every GRPO
+    """#29 item 3: vprl.train.rl --help was ~1,500 ungrouped lines; prepare_unit_tests listed every GRPO
     option though it never trains."""
     import subprocess
     import sys
@@ -123,8 +123,8 @@ def test_help_is_grouped_and_prepare_unit_tests_leaves_the_trainer_out():
     def help_of(*command: str) -> str:
         return subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True, cwd=REPO).stdout
 
-    text = help_of("train/rl.py")
+    text = help_of("vprl/train/rl.py")
     headings = [line for line in text.splitlines() if line.endswith(" keys:") or line.startswith("trainer keys")]
     assert headings[:3] == ["policy keys:", "data keys:", "prompt keys:"] and headings[-1].startswith("trainer keys")
-    prepare = help_of("-m", "train.prepare_unit_tests")
+    prepare = help_of("-m", "vprl.train.prepare_unit_tests")
     assert "--rewards" in prepare and "--learning_rate" not in prepare and "trainer keys (" not in prepare

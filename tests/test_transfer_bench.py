@@ -62,7 +62,7 @@ def test_the_matrix_has_a_cell_per_arm_and_task(measured):
 
 
 def test_before_rl_cells_are_the_evaluations_headlines(measured):
-    from train.evaluation.metrics import DatasetMetrics, headline_value
+    from vprl.train.evaluation.metrics import DatasetMetrics, headline_value
 
     out, _, summary = measured
     for seed in (0, 1):
@@ -101,7 +101,7 @@ def test_the_matrix_policy_writes_weak_caption_and_grounding_programs(measured):
 def test_the_quickstarts_policy_keeps_its_cache_key():
     """The new bootstrap keys at their defaults stay out of the key: the quickstart's policy is the
     one from before `--tasks` existed. The sandbox a policy is evaluated in is not in the key either."""
-    from train.bootstrap.fit import BootstrapConfig
+    from vprl.train.bootstrap.fit import BootstrapConfig
 
     assert BootstrapConfig(sandbox="full").key() == BootstrapConfig(sandbox="restricted").key()
     assert BootstrapConfig().key() == "0a305eed0f9da8d5" and BootstrapConfig(seed=1).key() == "64e8dc71209c22c2"

@@ -1,4 +1,4 @@
-"""vprl's rewards in a plain trl script (`train.integrations.for_trl`, issue #26): the example script
+"""vprl's rewards in a plain trl script (`vprl.train.integrations.for_trl`, issue #26): the example script
 trains two GRPO steps on the CPU with correctness and unit-test rewards and the sandboxed executor;
 the functions follow trl's reward contract for plain and conversational completions and add up to
 vprl's composed total; the executor starts on first use and closes; tool stacks resolve by name."""
@@ -17,11 +17,11 @@ import pytest
 import yaml
 from rl_tiny import build_policy, build_world
 
-from executor.runner_config import RunnerConfig
-from executor.tools import stack
-from train.integrations.for_trl import EXAMPLE_COLUMN, load_examples, program_rewards, trl_dataset
-from train.integrations.session import SessionConfig, reward_config
-from train.prompts import completion_to_program
+from vprl.executor.runner_config import RunnerConfig
+from vprl.executor.tools import stack
+from vprl.train.integrations.for_trl import EXAMPLE_COLUMN, load_examples, program_rewards, trl_dataset
+from vprl.train.integrations.session import SessionConfig, reward_config
+from vprl.train.prompts import completion_to_program
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "trl_grpo.py"
@@ -81,18 +81,18 @@ def test_the_example_script_trains_two_grpo_steps_on_the_cpu(world, policy, tmp_
     lines = [line for line in EXAMPLE.read_text().splitlines() if line.strip()]
     assert len(lines) <= 32, "the example is meant to stay a short script"
     imports = [line for line in lines if line.startswith(("import ", "from "))]
-    assert {line.split()[1].split(".")[0] for line in imports} <= {"argparse", "trl", "train"}
-    assert [line for line in imports if line.startswith("from train")] == [
-        "from train.integrations.for_trl import load_examples, program_rewards, trl_dataset"
+    assert {line.split()[1].split(".")[0] for line in imports} <= {"argparse", "trl", "vprl"}
+    assert [line for line in imports if line.startswith("from vprl")] == [
+        "from vprl.train.integrations.for_trl import load_examples, program_rewards, trl_dataset"
     ]
     _check_trained(_run_example(tmp_path, world, policy, tmp_path / "out"), tmp_path / "out")
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason="needs the vprl namespace rename (#26)")
 def test_the_example_runs_from_a_project_with_packages_named_like_ours(world, policy, tmp_path):
-    # The user's packages hold modules with names as common as ours. (An editable install finds a
-    # module the user's package lacks among ours; under a normal install none of ours is found.)
+    # The user's packages hold modules with names as common as our layers' (data, train, rewards,
+    # executor): the script runs from the project's folder, first on sys.path, and must still
+    # find vprl's own.
     project = tmp_path / "project"
     for package, module in (
         ("data", "records"),
@@ -122,7 +122,7 @@ def _call(rewards, prompts, completions, examples, **extra):
 
 
 def _completions(world):
-    from data.shapes import load_gold_programs
+    from vprl.data.shapes import load_gold_programs
 
     examples = load_examples("shapes", str(world), tasks=["train"])[:2]
     gold = load_gold_programs(world)["vqa"]

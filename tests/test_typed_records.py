@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from data.records import read_examples
-from data.typed import check_row, mismatch
-from executor.results import ExecutionResult
-from executor.tools.stack import build_backend
-from rewards.compose import RewardConfig
-from train.rollouts.log import RolloutLog
+from vprl.data.records import read_examples
+from vprl.data.typed import check_row, mismatch
+from vprl.executor.results import ExecutionResult
+from vprl.executor.tools.stack import build_backend
+from vprl.rewards.compose import RewardConfig
+from vprl.train.rollouts.log import RolloutLog
 
 EXAMPLE = {"id": "e1", "dataset": "gqa", "task": "vqa", "query": "is it red?", "image": "a.png", "answers": ["yes"]}
 

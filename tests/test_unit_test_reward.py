@@ -9,20 +9,20 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.mutations import mutation_pairs
-from data.shapes.tasks import load_shapes_tasks
-from executor.host import ToolHost
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.shapes import segment
-from executor.tools.stack import build_backend
-from rewards.compose import RewardComposer, RewardConfig, RewardSpec
-from rewards.registry import build_reward
-from rewards.unit_tests.layout import Layout, LayoutError, ShapesLayoutGenerator, layout_from_description
-from rewards.unit_tests.parsing import parse_tests
-from rewards.unit_tests.protocols import build_generator, build_writer, generator_names, writer_names
-from rewards.unit_tests.reward import ProgramReport, UnitTestReward, UnitTestRewardConfig
-from rewards.unit_tests.rule_writer import ShapesRuleWriter, match_template
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.mutations import mutation_pairs
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.shapes import segment
+from vprl.executor.tools.stack import build_backend
+from vprl.rewards.compose import RewardComposer, RewardConfig, RewardSpec
+from vprl.rewards.registry import build_reward
+from vprl.rewards.unit_tests.layout import Layout, LayoutError, ShapesLayoutGenerator, layout_from_description
+from vprl.rewards.unit_tests.parsing import parse_tests
+from vprl.rewards.unit_tests.protocols import build_generator, build_writer, generator_names, writer_names
+from vprl.rewards.unit_tests.reward import ProgramReport, UnitTestReward, UnitTestRewardConfig
+from vprl.rewards.unit_tests.rule_writer import ShapesRuleWriter, match_template
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from executor.results import ExecutionResult
-from rewards.unit_tests.parsing import UnitTest, merge_tests, parse_tests
-from rewards.unit_tests.sampler import coverage, hashing_embedder, random_tests, sample_tests
-from rewards.unit_tests.scoring import ScoringConfig, program_score, unit_test_score
+from vprl.executor.results import ExecutionResult
+from vprl.rewards.unit_tests.parsing import UnitTest, merge_tests, parse_tests
+from vprl.rewards.unit_tests.sampler import coverage, hashing_embedder, random_tests, sample_tests
+from vprl.rewards.unit_tests.scoring import ScoringConfig, program_score, unit_test_score
 
 REPLY = """Tests:
 1. Image Caption: "A red circle next to a blue square" Answer: red

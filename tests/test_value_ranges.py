@@ -1,6 +1,6 @@
 """#29 item 5: every numeric option and config key is range-checked before any work: NaN and
 infinity always refused, negatives refused unless the key allows them, zero where it means nothing.
-(`python -m executor.run ... --timeout -3` used to exit 0.)"""
+(`python -m vprl.executor.run ... --timeout -3` used to exit 0.)"""
 
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from data.ranges import KEY_RANGES, key_problem
+from vprl.data.ranges import KEY_RANGES, key_problem
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _config_types() -> list[type]:
-    from train.ace.stanic import StanicArgs
-    from train.bootstrap.fit import BootstrapConfig
-    from train.evaluation.config import EvalConfig
-    from train.quickstart import QuickstartConfig
-    from train.recipe.rl_config import SECTIONS
-    from train.recipe.trainer_args import TRAINER_ARGS
+    from vprl.train.ace.stanic import StanicArgs
+    from vprl.train.bootstrap.fit import BootstrapConfig
+    from vprl.train.evaluation.config import EvalConfig
+    from vprl.train.quickstart import QuickstartConfig
+    from vprl.train.recipe.rl_config import SECTIONS
+    from vprl.train.recipe.trainer_args import TRAINER_ARGS
 
     return [*SECTIONS.values(), *TRAINER_ARGS.values(), EvalConfig, StanicArgs, BootstrapConfig, QuickstartConfig]
 
@@ -87,19 +87,19 @@ def _run(module: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProce
     ("module", "args", "message"),
     [
         (
-            "executor.run",
+            "vprl.executor.run",
             ["--examples", "x", "--programs", "y", "--tools", "z", "--out", "o", "--timeout", "-3"],
             "--timeout: must be > 0, got -3",
         ),
         (
-            "executor.run",
+            "vprl.executor.run",
             ["--examples", "x", "--programs", "y", "--tools", "z", "--out", "o", "--slots", "0"],
             "--slots: must be >= 1, got 0",
         ),
-        ("data.shapes", ["--out", "w", "--workers", "0"], "--workers: must be >= 1, got 0"),
-        ("data.shapes", ["--out", "w", "--train", "nan"], "expected an integer, got 'nan'"),
+        ("vprl.data.shapes", ["--out", "w", "--workers", "0"], "--workers: must be >= 1, got 0"),
+        ("vprl.data.shapes", ["--out", "w", "--train", "nan"], "expected an integer, got 'nan'"),
         (
-            "train.ace",
+            "vprl.train.ace",
             ["from-run", "--run", "r", "--out", "a.jsonl", "--min_unit_test_score", "inf"],
             "must be a finite number, got inf",
         ),
@@ -113,8 +113,8 @@ def test_option_out_of_range_is_one_line_and_exit_2(module, args, message):
 
 
 def test_recipe_key_out_of_range_names_its_file_and_line(tmp_path):
-    from train.recipe.parsing import ConfigError
-    from train.recipe.rl_config import parse_rl_config
+    from vprl.train.recipe.parsing import ConfigError
+    from vprl.train.recipe.rl_config import parse_rl_config
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("output_dir: run\nlearning_rate: .nan\ntemperature: 1.0\n")
@@ -131,8 +131,8 @@ def test_recipe_key_out_of_range_names_its_file_and_line(tmp_path):
 
 
 def test_evaluation_key_out_of_range(tmp_path):
-    from train.evaluation.config import EvalConfig
-    from train.recipe.parsing import ConfigError, parse_config
+    from vprl.train.evaluation.config import EvalConfig
+    from vprl.train.recipe.parsing import ConfigError, parse_config
 
     with pytest.raises(ConfigError, match=r"command line: batch_size: must be >= 1, got 0"):
         parse_config([EvalConfig], ["--batch_size", "0"])

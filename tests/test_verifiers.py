@@ -5,21 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.tasks import load_shapes_tasks, scene_graph_files
-from executor.host import ToolHost
-from executor.results import ExecutionResult
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.stack import build_backend
-from rewards.compose import RewardComposer, RewardConfig, RewardSpec
-from rewards.correctness import yes_no
-from rewards.registry import build_reward, reward_names
-from rewards.verifiers.claims import build_claim
-from rewards.verifiers.embedders import build_embedder
-from rewards.verifiers.opposites import DEFAULT_GROUPS, OppositeConfig, OppositeSampler
-from rewards.verifiers.reward import VerifierConfig, VerifierReward
-from rewards.verifiers.scores import Check, ClaimScorer, contrasts, yes_minus_no
-from rewards.verifiers.tools import ToolCaller
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.tasks import load_shapes_tasks, scene_graph_files
+from vprl.executor.host import ToolHost
+from vprl.executor.results import ExecutionResult
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.stack import build_backend
+from vprl.rewards.compose import RewardComposer, RewardConfig, RewardSpec
+from vprl.rewards.correctness import yes_no
+from vprl.rewards.registry import build_reward, reward_names
+from vprl.rewards.verifiers.claims import build_claim
+from vprl.rewards.verifiers.embedders import build_embedder
+from vprl.rewards.verifiers.opposites import DEFAULT_GROUPS, OppositeConfig, OppositeSampler
+from vprl.rewards.verifiers.reward import VerifierConfig, VerifierReward
+from vprl.rewards.verifiers.scores import Check, ClaimScorer, contrasts, yes_minus_no
+from vprl.rewards.verifiers.tools import ToolCaller
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""vprl's rewards for verl (`train.integrations.for_verl`, `verl_data`, configs/verl/, issue #26): a
+"""vprl's rewards for verl (`vprl.train.integrations.for_verl`, `verl_data`, configs/verl/, issue #26): a
 recipe's data in verl's parquet layout, the batch form scoring a step in one call, the per-sample
 form (verl 0.9's reward loop) batching concurrent samples into one call, unscorable completions,
 bad input named; and, with verl beside the venv, the same through verl's own reward code."""
@@ -16,11 +16,11 @@ import pytest
 import yaml
 from rl_tiny import build_world, write_recipe
 
-from data.records import Example
-from rewards.compose import RewardBatch
-from train.integrations import for_verl, verl_data
-from train.integrations.session import ScoringSession, SessionConfig
-from train.rollouts.scorer import ScoredBatch
+from vprl.data.records import Example
+from vprl.rewards.compose import RewardBatch
+from vprl.train.integrations import for_verl, verl_data
+from vprl.train.integrations.session import ScoringSession, SessionConfig
+from vprl.train.rollouts.scorer import ScoredBatch
 
 REPO = Path(__file__).resolve().parents[1]
 VERL_CONFIG = REPO / "configs" / "verl"
@@ -63,7 +63,7 @@ def _rows(out: Path) -> list[dict]:
 
 def _responses(world: Path, rows: list[dict]) -> tuple[list[dict], list[str]]:
     """Two right programs per example for two examples, a constant one, and two broken ones."""
-    from data.shapes import load_gold_programs
+    from vprl.data.shapes import load_gold_programs
 
     gold = load_gold_programs(world)["vqa"]
     body = {i: "\n" + gold[json.loads(rows[i]["extra_info"]["example"])["query"]].split("\n", 1)[1] for i in (0, 1)}
@@ -218,7 +218,7 @@ def test_bad_input_is_named(prepared, tmp_path):
 def test_the_verl_recipe_keeps_the_trl_recipes_settings_and_framing(prepared):
     recipe = yaml.safe_load((VERL_CONFIG / "viunit_grpo.yaml").read_text())
     kwargs = recipe["reward"]["custom_reward_function"]
-    assert kwargs["path"] == "pkg://train.integrations.for_verl" and callable(getattr(for_verl, kwargs["name"]))
+    assert kwargs["path"] == "pkg://vprl.train.integrations.for_verl" and callable(getattr(for_verl, kwargs["name"]))
     vprl = yaml.safe_load((REPO / "configs" / "grpo_codellama_gqa_unit_tests.yaml").read_text())
     model = recipe["actor_rollout_ref"]["model"]
     assert model["path"] == vprl["model_name_or_path"]
@@ -226,8 +226,8 @@ def test_the_verl_recipe_keeps_the_trl_recipes_settings_and_framing(prepared):
     assert recipe["actor_rollout_ref"]["rollout"]["n"] == vprl["num_generations"]
     assert recipe["data"]["max_response_length"] == vprl["max_completion_length"]
     # verl renders every prompt through a chat template: this one gives vprl's plain framing's ids
-    from train.policy.tiny import train_tokenizer
-    from train.prompts import encode_prompt
+    from vprl.train.policy.tiny import train_tokenizer
+    from vprl.train.prompts import encode_prompt
 
     rows = _rows(prepared[1])
     tokenizer = train_tokenizer([r["prompt"][0]["content"] for r in rows] * 3, vocab_size=400)
@@ -250,7 +250,7 @@ def test_verls_own_reward_code_gets_vprls_scores(prepared, tmp_path):
     env = _verl_env()
     world, out = prepared
     rows, texts = _responses(world, _rows(out))
-    from train.policy.tiny import train_tokenizer
+    from vprl.train.policy.tiny import train_tokenizer
 
     tokenizer = train_tokenizer([r["prompt"][0]["content"] + t for r, t in zip(rows, texts)] * 3, vocab_size=400)
     tokenizer.save_pretrained(str(tmp_path / "tokenizer"))

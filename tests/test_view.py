@@ -14,11 +14,11 @@ import torch
 from test_bad_input import run_main
 from test_command_help import option_texts
 
-from executor.results import short_result
-from train.rollouts.log import RolloutLog, RolloutRow
-from train.view import ViewOptions, build_view
-from train.view.run_data import Row, advantages, pick_groups
-from train.view.traces import SiteIndex, call_marks, detections
+from vprl.executor.results import short_result
+from vprl.train.rollouts.log import RolloutLog, RolloutRow
+from vprl.train.view import ViewOptions, build_view
+from vprl.train.view.run_data import Row, advantages, pick_groups
+from vprl.train.view.traces import SiteIndex, call_marks, detections
 
 BOXES = [{"box": [10 * i, 5 * i, 10 * i + 30, 5 * i + 20], "score": 0.5 + i / 100, "label": "cup"} for i in range(6)]
 
@@ -164,7 +164,9 @@ def test_a_large_run_is_sampled_and_the_page_says_which_rows_it_shows(tmp_path):
 def test_the_command_writes_the_page_and_says_what_it_shows(tmp_path, monkeypatch, capsys):
     run = _folder(tmp_path)
     assert (
-        run_main("train.view", [str(run), "--no-examples", "--limit", "3", "--out", str(tmp_path / "v")], monkeypatch)
+        run_main(
+            "vprl.train.view", [str(run), "--no-examples", "--limit", "3", "--out", str(tmp_path / "v")], monkeypatch
+        )
         == 0
     )
     out = capsys.readouterr().out
@@ -178,7 +180,7 @@ def test_the_command_writes_the_page_and_says_what_it_shows(tmp_path, monkeypatc
 
 def test_bad_input_is_one_line_with_exit_status_2(tmp_path, monkeypatch, capsys):
     def fails(argv, place):
-        assert run_main("train.view", argv, monkeypatch) == 2
+        assert run_main("vprl.train.view", argv, monkeypatch) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and "Traceback" not in err and re.search(place, err.splitlines()[0]), err
 
@@ -198,7 +200,7 @@ def test_bad_input_is_one_line_with_exit_status_2(tmp_path, monkeypatch, capsys)
 
 
 def test_every_option_has_help(monkeypatch, capsys):
-    assert run_main("train.view", ["--help"], monkeypatch) == 0
+    assert run_main("vprl.train.view", ["--help"], monkeypatch) == 0
     options = option_texts(capsys.readouterr().out)
     assert {"--out", "--limit", "--steps", "--no-examples", "--before", "--after"} <= set(options)
     assert all(options.values()), options

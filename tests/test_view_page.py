@@ -18,9 +18,9 @@ from chromium import Browser, find_chromium, required_in_ci
 from PIL import Image
 from view_runs import quickstart_run, shapes_evaluation
 
-from data.shapes.tasks import load_shapes_tasks
-from train.rollouts.log import RolloutLog
-from train.view import ViewOptions, build_view
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.train.rollouts.log import RolloutLog
+from vprl.train.view import ViewOptions, build_view
 
 # Where every drawn box sits, as a share of its picture's rendered width and height.
 BOXES_JS = """(async () => {
@@ -223,7 +223,7 @@ def test_the_wandb_program_table_carries_the_picture_with_the_boxes(folders, mon
     wandb = pytest.importorskip("wandb")
     from types import SimpleNamespace
 
-    from train.online.callbacks import ProgramTable
+    from vprl.train.online.callbacks import ProgramTable
 
     world, run, _ = folders
     rows = RolloutLog.in_run(run).read()

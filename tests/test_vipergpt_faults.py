@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from vipergpt_world import obj, png, run, scene
 
-from data.records import Example
-from executor.api import ImagePatch, SourceImage, distance
-from executor.host import ToolHost
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.images import ImageStore
-from executor.tools.oracle import OracleBackend
+from vprl.data.records import Example
+from vprl.executor.api import ImagePatch, SourceImage, distance
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.oracle import OracleBackend
 
 W, H = 320, 240
 

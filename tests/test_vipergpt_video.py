@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from vipergpt_world import RuleLanguageModel, obj, run, scene
 
-from data.loaders import load_dataset
-from executor.host import ToolHost
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.images import ImageStore
-from train.evaluation.metrics import Prediction, dataset_metrics
+from vprl.data.loaders import load_dataset
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.images import ImageStore
+from vprl.train.evaluation.metrics import Prediction, dataset_metrics
 
 W, H, FRAMES = 64, 48, 8
 VIDEO = "2000000001"

@@ -23,13 +23,13 @@ from rest_helpers import (
     world_corpus,
 )
 
-from train.prompts import encode_prompt, frame_prompt
-from train.recipe.sections import RestArgs
-from train.rest.iterations import adapter_dir, initial_adapter_dir
-from train.rest.loop import run_rest
-from train.rollouts.log import RolloutLog
-from train.sampling.generator import policy_sampling
-from train.sampling.vllm_engine import VLLMGenerator, VLLMTypes
+from vprl.train.prompts import encode_prompt, frame_prompt
+from vprl.train.recipe.sections import RestArgs
+from vprl.train.rest.iterations import adapter_dir, initial_adapter_dir
+from vprl.train.rest.loop import run_rest
+from vprl.train.rollouts.log import RolloutLog
+from vprl.train.sampling.generator import policy_sampling
+from vprl.train.sampling.vllm_engine import VLLMGenerator, VLLMTypes
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import torch
 from fake_vllm import PolicyVLLMGeneration, vllm_filtered_logits
 from rl_tiny import build_policy, build_world, write_recipe
 
-from train.online.sampler_logprobs import SamplerFilters, kept_log_mass
+from vprl.train.online.sampler_logprobs import SamplerFilters, kept_log_mass
 
 TAIL = "\n# Is there a red circle?\ndef execute_command(image) -> str:\n    return 'no'\n"
 
@@ -56,9 +56,9 @@ def _run(tmp_path, assets, monkeypatch, use_vllm: bool, replay: list | None = No
     """One GRPO step; returns (metrics row, captured gradients)."""
     import trl.trainer.grpo_trainer as grpo_trainer
 
-    import train.online.run as online_run
-    import train.recipe.checks
-    from train.rl import main
+    import vprl.train.online.run as online_run
+    import vprl.train.recipe.checks
+    from vprl.train.rl import main
 
     world, policy = assets
     capture = GradCapture()
@@ -72,7 +72,7 @@ def _run(tmp_path, assets, monkeypatch, use_vllm: bool, replay: list | None = No
     monkeypatch.setattr(online_run, "build_trainer", build_with_capture)
     if use_vllm:
         monkeypatch.setattr(grpo_trainer, "VLLMGeneration", PolicyVLLMGeneration)
-        monkeypatch.setattr(train.recipe.checks, "require_vllm", lambda key: None)  # vLLM is not installed here
+        monkeypatch.setattr(vprl.train.recipe.checks, "require_vllm", lambda key: None)  # vLLM is not installed here
     if replay is not None:  # the transformers path "samples" exactly what the vLLM run drew
         pending = list(replay)
 
@@ -160,7 +160,7 @@ def test_kept_mass_turns_vllm_processed_logprobs_into_the_trainers(filters):
 
 
 def test_repetition_penalty_with_the_correction_is_refused():
-    from train.online.sampler_logprobs import check_correctable
+    from vprl.train.online.sampler_logprobs import check_correctable
 
     class Trainer:
         repetition_penalty = 1.1

@@ -11,13 +11,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from data.shapes import BuildConfig, build_dataset
-from data.shapes.tasks import load_shapes_tasks, scene_graph_files
-from executor.host import ToolHost
-from executor.tools.calls import MAX_CHOICES, ToolCall, validate_call
-from executor.tools.errors import ToolError
-from executor.tools.oracle import one_hot_scores
-from executor.tools.stack import build_backend
+from vprl.data.shapes import BuildConfig, build_dataset
+from vprl.data.shapes.tasks import load_shapes_tasks, scene_graph_files
+from vprl.executor.host import ToolHost
+from vprl.executor.tools.calls import MAX_CHOICES, ToolCall, validate_call
+from vprl.executor.tools.errors import ToolError
+from vprl.executor.tools.oracle import one_hot_scores
+from vprl.executor.tools.stack import build_backend
 
 LEFT, RIGHT = (0, 0, 100, 100), (100, 0, 200, 100)  # the red and the blue half of the `store` image
 
@@ -127,9 +127,9 @@ def blip_paths(tmp_path_factory):
 def test_blip2_scores_choices_with_its_language_model(blip_paths, store, family):
     import torch
 
-    from executor.tools.hf import HFBackend
-    from executor.tools.hf import vqa as vqa_mod
-    from executor.tools.hf.regions import region_of
+    from vprl.executor.tools.hf import HFBackend
+    from vprl.executor.tools.hf import vqa as vqa_mod
+    from vprl.executor.tools.hf.regions import region_of
 
     images, ref = store
     backend = HFBackend(images, device="cpu", vqa={"model": blip_paths[family], "max_length": 3})

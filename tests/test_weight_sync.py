@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from trl.distributed import DistributedBackend  # noqa: E402
 from trl.generation.vllm_generation import VLLMGeneration  # noqa: E402
 
-from train.online.weight_sync import drift_free_sync, unsupported_reason  # noqa: E402
+from vprl.train.online.weight_sync import drift_free_sync, unsupported_reason  # noqa: E402
 
 SYNCS = 50
 

@@ -1,6 +1,6 @@
 """A short CPU run of the quickstart recipe and a shapes evaluation, for the run viewer's tests.
 
-The run is `train.rl` on `configs/quickstart.yaml` (GRPO, LoRA, the sandboxed executor, the
+The run is `vprl.train.rl` on `configs/quickstart.yaml` (GRPO, LoRA, the sandboxed executor, the
 `shapes` tools, the correctness reward) on the tiny world, for two steps. Its completions are
 scripted through trl's vLLM path (`rl_tiny.FakeVLLMGeneration`): per prompt, the world's gold
 program, a plausible mutant, a crash and a syntax error. The viewer only ever reads the run folder,
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def variants(program: str) -> list[str]:
     """The bodies written for one prompt, after its `def execute_command(image) -> str:` line."""
-    from data.shapes.mutations import mutate
+    from vprl.data.shapes.mutations import mutate
 
     body = "\n" + program.split("\n", 1)[1]
     mutants = [m.program for m in mutate(program)]
@@ -62,9 +62,9 @@ def quickstart_run(root: Path) -> tuple[Path, Path, Path]:
     import pytest
     import trl.trainer.grpo_trainer as grpo_trainer
 
-    import train.recipe.checks
-    from data.shapes import load_gold_programs
-    from train.rl import main
+    import vprl.train.recipe.checks
+    from vprl.data.shapes import load_gold_programs
+    from vprl.train.rl import main
 
     world = build_world(root / "world")
     policy = build_policy(root / "policy", world, fit_steps=1)  # the programs are scripted: no fitting needed
@@ -90,7 +90,7 @@ def quickstart_run(root: Path) -> tuple[Path, Path, Path]:
         argv += [f"--{key}", str(value)]
     with pytest.MonkeyPatch.context() as mp, contextlib.chdir(REPO):
         mp.setattr(grpo_trainer, "VLLMGeneration", ScriptedEngine)
-        mp.setattr(train.recipe.checks, "require_vllm", lambda key: None)  # vLLM itself is not installed here
+        mp.setattr(vprl.train.recipe.checks, "require_vllm", lambda key: None)  # vLLM itself is not installed here
         main(argv)
     return world, policy, run
 
@@ -100,7 +100,7 @@ def shapes_evaluation(root: Path, policy: Path, adapter: Path) -> Path:
     (`AfterPolicy`); the world's referring expressions give grounding boxes."""
     from evaluate_helpers import build_world as build_eval_world
 
-    from train.evaluation.pipeline import EvalConfig, evaluate
+    from vprl.train.evaluation.pipeline import EvalConfig, evaluate
 
     world = root / "eval_world"
     build_eval_world(world, val=8)

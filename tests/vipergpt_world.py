@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from executor.api import SourceImage, Video
-from executor.program import run_in_process
-from executor.tools.errors import ToolUnavailable
-from executor.tools.images import ImageStore
-from executor.tools.local import LocalToolClient
-from executor.tools.oracle import OracleBackend
+from vprl.executor.api import SourceImage, Video
+from vprl.executor.program import run_in_process
+from vprl.executor.tools.errors import ToolUnavailable
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.local import LocalToolClient
+from vprl.executor.tools.oracle import OracleBackend
 
 NUMBER_WORDS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five"}
 

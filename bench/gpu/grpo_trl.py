@@ -1,5 +1,5 @@
 """GRPO steps through trl, where trl imports: the entry point's own trainer
-(`train.online.run.build_trainer`) on the already built LoRA policy and ViUniT tools, timed by
+(`vprl.train.online.run.build_trainer`) on the already built LoRA policy and ViUniT tools, timed by
 bench/rl_step.py's timers. The policy samples for real; the executor then gets the step's programs
 (gold and mutants) in place of the random policy's text, which calls no tool."""
 
@@ -40,14 +40,14 @@ def grpo_trl(ctx: Context) -> None:
         import trl  # noqa: F401
     except ImportError as exc:
         raise Missing(f"trl cannot be imported ({exc}); the step part measured the same split without it") from None
-    import train.online.run as online
+    import vprl.train.online.run as online
     from bench.rl_step import run_mode, timed
-    from executor.host import ToolHost
-    from executor.runner import SyncRunner
-    from rewards.compose import RewardComposer
-    from train.recipe.checks import validate
-    from train.recipe.data import build_prompts
-    from train.recipe.rl_config import parse_rl_config
+    from vprl.executor.host import ToolHost
+    from vprl.executor.runner import SyncRunner
+    from vprl.rewards.compose import RewardComposer
+    from vprl.train.recipe.checks import validate
+    from vprl.train.recipe.data import build_prompts
+    from vprl.train.recipe.rl_config import parse_rl_config
 
     policy, policy_dir = ctx.need("policy", "policy"), ctx.need("policy_dir", "policy")
     backend = ctx.need("viunit", "tools")

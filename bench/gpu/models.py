@@ -89,7 +89,7 @@ def build(family: str, scale: str, root: Path, device: str, dtype: Any) -> tuple
 
 def wrap(family: str, model: Any, processor: Any) -> tuple[str, Any]:
     """The backend's (kind, object) for a built model."""
-    from executor.tools.hf import depth, detection, matching, vqa
+    from vprl.executor.tools.hf import depth, detection, matching, vqa
 
     if family == "detect":
         return "detector", detection.Detector("grounding-dino", model, processor)
@@ -120,7 +120,7 @@ def policy(scale: str, out: Path, corpus: list[str], device: str, dtype: Any) ->
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from train.policy.tiny import train_tokenizer
+    from vprl.train.policy.tiny import train_tokenizer
 
     size = sizes(scale)["policy"]
     tokenizer = train_tokenizer(

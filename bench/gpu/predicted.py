@@ -1,4 +1,4 @@
-"""What the layout check (train/recipe/layout.py) predicts for the step's policy and ViUniT's tools,
+"""What the layout check (vprl/train/recipe/layout.py) predicts for the step's policy and ViUniT's tools,
 next to what the earlier parts measured. The check's own functions, fed the recipe's values: its
 entry point (`plan_layout` on a parsed recipe) needs trl, which the GPU machine lacks."""
 
@@ -13,8 +13,8 @@ from bench.gpu.step import shape
 
 
 def layout(ctx: Context) -> None:
-    from executor.tools.stack import read_tool_stack
-    from train.recipe import layout as check
+    from vprl.executor.tools.stack import read_tool_stack
+    from vprl.train.recipe import layout as check
 
     policy_dir = ctx.need("policy_dir", "policy")
     s = shape(ctx)

@@ -16,9 +16,9 @@ from bench.gpu.context import GIB, REPO, Context
 
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "tokenizers", "huggingface_hub",
             "safetensors", "vllm", "bitsandbytes", "numpy", "pyarrow", "pandas", "xxhash", "dill", "multiprocess")  # fmt: skip
-# Ours last: `train.rl` needs trl and datasets, the executor and the layout check do not.
-MODULES = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "executor.runner",
-           "executor.tools.hf", "train.prompts", "train.recipe.layout", "train.recipe.trainer_args", "train.rl")  # fmt: skip
+# Ours last: `vprl.train.rl` needs trl and datasets, the executor and the layout check do not.
+MODULES = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "vprl.executor.runner",
+           "vprl.executor.tools.hf", "vprl.train.prompts", "vprl.train.recipe.layout", "vprl.train.recipe.trainer_args", "vprl.train.rl")  # fmt: skip
 
 
 def versions(hidden: list[str]) -> dict[str, str]:
@@ -50,9 +50,9 @@ def sandbox(asked: str) -> dict[str, Any]:
     """The probe's report and the execution mode the executor's own choice gives (`choose`): `full`
     where every layer works, `restricted` where only namespaces are missing; where neither can start,
     `none` (programs in-process without isolation), said so in the results."""
-    from executor.runner_config import RunnerConfig
-    from executor.sandbox.probe import missing_layers, probe_layers
-    from executor.sandbox.restricted import choose
+    from vprl.executor.runner_config import RunnerConfig
+    from vprl.executor.sandbox.probe import missing_layers, probe_layers
+    from vprl.executor.sandbox.restricted import choose
 
     layers = probe_layers()
     missing = missing_layers(layers)
@@ -61,7 +61,7 @@ def sandbox(asked: str) -> dict[str, Any]:
             "layers": layers,
             "missing": missing,
             "sandbox": "none",
-            "note": "programs run WITHOUT isolation as asked",
+            "note": "programs run in-process WITHOUT isolation (`sandbox: none`) as asked",
         }
     mode, why = choose(asked, layers, RunnerConfig().require_layers)
     note = "" if mode != "restricted" else "the restricted sandbox (no namespaces; docs/design-notes.md)"

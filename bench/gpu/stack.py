@@ -19,9 +19,9 @@ SPEED_TOOLS = {"viunit": ("detect", "verify", "vqa", "caption"), "vipergpt": ("v
 def backend(ctx: Context, name: str) -> Any:
     """The stack's `hf` backend on this device. BLIP-2's 8-bit in the stack needs quantized
     checkpoints, which random weights are not: every model runs in bf16 (on a CPU, fp32)."""
-    from executor.tools.hf import HFBackend
-    from executor.tools.images import ImageStore
-    from executor.tools.stack import read_tool_stack, stack_settings
+    from vprl.executor.tools.hf import HFBackend
+    from vprl.executor.tools.images import ImageStore
+    from vprl.executor.tools.stack import read_tool_stack, stack_settings
 
     settings = stack_settings(read_tool_stack(REPO / f"configs/tools/{name}.yaml"), {})
     settings.update(device=ctx.device, dtype="bfloat16" if ctx.cuda else "float32", quantization="none")
@@ -64,9 +64,9 @@ def tools(ctx: Context) -> None:
 def execution(ctx: Context) -> None:
     """The step's programs (gold and mutants of its questions) through the executor, the tools in
     this process, in the sandbox the preflight found workable."""
-    from executor.host import ToolHost
-    from executor.runner import SyncRunner
-    from executor.runner_config import RunnerConfig
+    from vprl.executor.host import ToolHost
+    from vprl.executor.runner import SyncRunner
+    from vprl.executor.runner_config import RunnerConfig
 
     b = ctx.need("viunit", "tools")
     programs = ctx.need("programs", "world")

@@ -39,10 +39,10 @@ def prompt_settings(ctx: Context) -> dict[str, str | None]:
 def world(ctx: Context) -> None:
     """The shapes world's training questions, the recipe's prompts for them, and per question
     `num_generations` programs (gold and mutants) standing for what the policy would write."""
-    from data.shapes import BuildConfig, build_dataset, load_gold_programs
-    from data.shapes.mutations import mutate
-    from data.shapes.tasks import load_shapes_task
-    from train.prompts import PromptConfig, PromptTemplate
+    from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+    from vprl.data.shapes.mutations import mutate
+    from vprl.data.shapes.tasks import load_shapes_task
+    from vprl.train.prompts import PromptConfig, PromptTemplate
 
     s = shape(ctx)
     n_prompts = s["micro_batch"] * s["accumulation"] // s["generations"]

@@ -1,1 +1,0 @@
-"""Tool backends behind one batched protocol (see `executor.tools.base`)."""

@@ -1,6 +1,0 @@
-"""The `shapes` tool backend: classical computer vision on the pixels of shapes-world images."""
-
-from executor.tools.shapes.backend import ShapesBackend
-from executor.tools.shapes.segmentation import Blob, classify, segment
-
-__all__ = ["Blob", "ShapesBackend", "classify", "segment"]

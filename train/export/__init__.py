@@ -1,2 +1,0 @@
-"""Exporting a run's adapter: a clean peft folder with a model card, optionally merged and pushed.
-Command: `python -m train.export --run RUN --out OUT`."""

@@ -1,0 +1,1 @@
+"""vprl: reinforcement learning for visual program generators (docs/architecture.md)."""

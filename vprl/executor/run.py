@@ -1,0 +1,164 @@
+"""Run programs on examples in the sandbox and write one result row per program.
+
+    python -m vprl.executor.run --examples EXAMPLES.jsonl --programs PROGRAMS.jsonl \\
+        --tools configs/tools/oracle.yaml --set scene_graphs=val_sceneGraphs.json --out RESULTS.jsonl
+
+Program rows are `{"id", "example_id", "program"}`; each result row is that `id` plus the fields of
+`ExecutionResult`. A summary of statuses and tool-host metrics is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from vprl.data.cli import CommandParser, checked, fail
+from vprl.data.ranges import AT_LEAST_ONE, POSITIVE
+from vprl.data.records import Example, read_examples, read_jsonl, write_jsonl
+from vprl.data.typed import check_row
+from vprl.executor.backends import open_backend
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import SANDBOX_MODES, BatchRunner, RunnerConfig
+from vprl.executor.sandbox.connection import SandboxUnavailable
+from vprl.executor.serve.deploy import ServiceUnavailable
+from vprl.executor.tools.base import ToolBackend
+from vprl.executor.tools.images import ImageStore
+from vprl.executor.tools.stack import read_tool_stack
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = CommandParser(prog="python -m vprl.executor.run", description=__doc__.split("\n")[0])
+    p.add_argument("--examples", required=True, help="JSONL of vprl.data.records.Example rows")
+    p.add_argument("--programs", required=True, help='JSONL of {"id", "example_id", "program"} rows')
+    p.add_argument("--tools", required=True, help="tool stack YAML (configs/tools/*.yaml)")
+    p.add_argument("--out", required=True, help="where to write the result rows (JSONL)")
+    p.add_argument(
+        "--timeout", type=float, default=5.0, value_range=POSITIVE, help="seconds per program, tool waits excluded"
+    )
+    p.add_argument(
+        "--slots", type=int, default=None, value_range=AT_LEAST_ONE, help="programs at once (default: number of cores)"
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=SANDBOX_MODES,
+        default="auto",
+        help="auto: full where namespaces work, else restricted (announced); 'none' = no isolation, debug only",
+    )
+    p.add_argument("--max-rpcs", type=int, default=200, help="tool calls allowed per program")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a tool-stack setting")
+    p.add_argument(
+        "--tool-service",
+        default=None,
+        metavar="ADDRESS",
+        help="Ray address of the stack deployed with `python -m vprl.executor.serve` (default: tools in-process)",
+    )
+    return p.parse_args(argv)
+
+
+@dataclass(frozen=True)
+class ProgramRow:
+    """One row of a programs file: the program to run on an example, under an id of the caller's."""
+
+    id: str | int
+    example_id: str
+    program: str
+
+
+def read_programs(path: str, examples: dict[str, Example]) -> list[dict[str, Any]]:
+    rows = []
+    seen: set[str] = set()
+    for lineno, row in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        check_row(ProgramRow, row, where, required=("id", "example_id", "program"))
+        if row["example_id"] not in examples:
+            raise ValueError(f"{where}: example_id {row['example_id']!r} is not in the examples file")
+        if str(row["id"]) in seen:
+            raise ValueError(f"{where}: duplicate program id {row['id']!r}")
+        seen.add(str(row["id"]))
+        rows.append(row)
+    return rows
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def make_backend(tools: str, overrides: dict[str, Any], images: ImageStore, service: str | None = None) -> ToolBackend:
+    config = read_tool_stack(tools)
+    if (
+        service is None
+        and config["backend"] == "oracle"
+        and not (overrides.get("scene_graphs") or config.get("scene_graphs"))
+    ):
+        raise ValueError(f"{tools}: the oracle backend needs `scene_graphs:` (or --set scene_graphs=PATH)")
+    return open_backend(config, images, service, **overrides)
+
+
+async def run(args: argparse.Namespace) -> Counter:
+    # Everything a user supplied is read first: a bad file, row or setting ends here, in one line.
+    examples = {ex.id: ex for ex in checked(read_examples, args.examples)}
+    programs = checked(read_programs, args.programs, examples)
+    backend = checked(make_backend, args.tools, checked(parse_overrides, args.set), ImageStore(), args.tool_service)
+    host = ToolHost(backend)
+    config = checked(
+        RunnerConfig,
+        timeout_s=args.timeout,
+        sandbox=args.sandbox,
+        max_rpcs=args.max_rpcs,
+        **({"slots": args.slots} if args.slots else {}),
+    )
+    try:
+        async with BatchRunner(host, config) as runner:
+            host.preload()  # models load before the first program, not inside its first call's timeout
+            results = await runner.run(
+                [(examples[row["example_id"]], row["program"]) for row in programs], progress=True, desc="executing"
+            )
+    finally:
+        host.close()
+    write_jsonl(args.out, ({"id": row["id"], **res.to_json()} for row, res in zip(programs, results)))
+    statuses = Counter(r.status for r in results)
+    print(f"wrote {len(results)} results to {args.out}")
+    print("statuses: " + ", ".join(f"{s}={n}" for s, n in statuses.most_common()))
+    print(time_summary(results))
+    print("tool host: " + json.dumps(host.metrics(), default=str))
+    return statuses
+
+
+def time_summary(results) -> str:
+    """Median time per program, and how much of it was spent waiting on the tool host."""
+    if not results:
+        return "time: no programs"
+    durations = sorted(r.duration_s for r in results)
+    waits = sorted(r.rpc_wait_s for r in results)
+    total, waited = sum(durations), sum(waits)
+    share = f" ({100 * waited / total:.0f}% of program time)" if total > 0 else ""
+    return (
+        f"time: median {1000 * durations[len(durations) // 2]:.1f} ms per program; "
+        f"waiting on the tool host: median {1000 * waits[len(waits) // 2]:.1f} ms, total {waited:.2f} s{share}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        asyncio.run(run(args))
+    except (SandboxUnavailable, ServiceUnavailable) as exc:
+        fail(str(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Tool backends behind one batched protocol (see `vprl.executor.tools.base`)."""

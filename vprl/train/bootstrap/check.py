@@ -1,0 +1,115 @@
+"""How promising a bootstrapped policy is for RL, per question family: greedy accuracy, the mean
+accuracy of k samples, pass@k (some sample is right), and the gold program's accuracy with the
+same tools (the ceiling). Programs run in the sandboxed executor and are scored by the
+correctness reward, as in training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from vprl.data.records import Example
+from vprl.data.shapes.tasks import scene_graph_files
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.stack import build_backend
+from vprl.rewards.compose import RewardComposer, RewardConfig
+from vprl.train.prompts import PromptConfig, PromptTemplate, completion_to_program
+from vprl.train.rollouts.scorer import ProgramScorer
+from vprl.train.sampling.generator import policy_sampling, sampling_fields
+from vprl.train.sampling.hf import HFGenerator
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class FamilyScore:
+    n: int
+    greedy: float
+    sampled: float  # mean accuracy over all samples
+    pass_at_k: float
+    gold: float
+
+
+@dataclass(frozen=True)
+class PolicyEval:
+    k: int
+    families: dict[str, FamilyScore]
+    overall: FamilyScore
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "k": self.k,
+            "overall": asdict(self.overall),
+            "families": {f: asdict(s) for f, s in self.families.items()},
+        }
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> PolicyEval:
+        return cls(row["k"], {f: FamilyScore(**s) for f, s in row["families"].items()}, FamilyScore(**row["overall"]))
+
+
+def tool_backend(tools: str, root: Path):
+    """`oracle` (scene graphs of the world), `shapes` (pixels only), or a tool-stack YAML path."""
+    if tools == "oracle":
+        return build_backend({"backend": "oracle", "scene_graphs": [str(p) for p in scene_graph_files(root)]})
+    if tools == "shapes":
+        return build_backend(REPO / "configs/tools/shapes.yaml")
+    return build_backend(tools)
+
+
+def _score(scores: list[float], n: int, k: int) -> tuple[float, float, float, float]:
+    """(greedy, sampled mean, pass@k, gold) means over n examples; layout is per example
+    [greedy, k samples..., gold]."""
+    per = k + 2
+    rows = [scores[i * per : (i + 1) * per] for i in range(n)]
+    greedy = sum(r[0] for r in rows) / n
+    sampled = sum(sum(r[1 : k + 1]) / k for r in rows) / n
+    passed = sum(max(r[1 : k + 1]) >= 1.0 for r in rows) / n
+    gold = sum(r[-1] for r in rows) / n
+    return greedy, sampled, passed, gold
+
+
+def evaluate_policy(model, tokenizer, examples: list[Example], gold: dict[str, str], root: Path, cfg) -> PolicyEval:
+    """Greedy and `cfg.eval_samples` sampled programs per example, scored with `cfg.tools`."""
+    if not examples:
+        raise ValueError("evaluate_policy needs at least one example")
+    k = cfg.eval_samples
+    template = PromptTemplate.from_config(PromptConfig(layout="bare", task="vqa"))
+    prompts = [template.build(e.query) for e in examples]
+    generator = HFGenerator(model, tokenizer, batch_size=128, style="plain")
+    greedy = generator.generate(prompts, policy_sampling(temperature=0, max_new_tokens=cfg.eval_max_new_tokens))
+    sampling = policy_sampling(**sampling_fields(cfg, "eval_"), n=k, seed=cfg.seed)
+    samples = generator.generate(prompts, sampling)
+    jobs: list[tuple[Example, str]] = []
+    for e, p, g, s in zip(examples, prompts, greedy, samples, strict=True):
+        jobs += [(e, completion_to_program(p, c)) for c in g + s] + [(e, gold[e.query])]
+    backend = tool_backend(cfg.tools, root)
+    with SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.slots, sandbox=cfg.sandbox)) as runner:
+        batch = ProgramScorer(runner, RewardComposer(RewardConfig())).score(
+            [j[0] for j in jobs], [j[1] for j in jobs], progress=True
+        )
+    scores = [c if c is not None else 0.0 for c in batch.rewards.components["correctness"]]
+    per = k + 2
+    families: dict[str, list[int]] = {}
+    for i, e in enumerate(examples):
+        families.setdefault(e.group or "", []).append(i)
+    out = {}
+    for family, idx in sorted(families.items()):
+        fam_scores = [s for i in idx for s in scores[i * per : (i + 1) * per]]
+        out[family] = FamilyScore(len(idx), *(round(v, 4) for v in _score(fam_scores, len(idx), k)))
+    overall = FamilyScore(len(examples), *(round(v, 4) for v in _score(scores, len(examples), k)))
+    return PolicyEval(k, out, overall)
+
+
+def format_table(result: PolicyEval) -> str:
+    head = f"{'family':<22}{'n':>5}{'greedy':>9}{'sampled':>9}{f'pass@{result.k}':>9}{'gold':>8}"
+    lines = [head, "-" * len(head)]
+    for name, s in [*result.families.items(), ("all", result.overall)]:
+        lines.append(
+            f"{name:<22}{s.n:>5}{100 * s.greedy:>8.1f}%{100 * s.sampled:>8.1f}%{100 * s.pass_at_k:>8.1f}%"
+            f"{100 * s.gold:>7.1f}%"
+        )
+    return "\n".join(lines)

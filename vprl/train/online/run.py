@@ -1,0 +1,125 @@
+"""GRPO / RLOO through trl: the policy, the prompts as a dataset, the composed reward as
+`reward_funcs`, the run-folder callbacks, train (resuming from a checkpoint), save the adapter.
+
+With `overlap_execution` (the default) each batch's programs start executing right after
+generation, while trl computes the old and reference log-probabilities, instead of when trl calls
+the reward functions (`vprl.train.online.trainers`, `TrlRewardAdapter.prefetch`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from vprl.executor.runner import SyncRunner
+from vprl.rewards.compose import RewardComposer
+from vprl.rewards.trl_adapter import TrlRewardAdapter
+from vprl.train.online.callbacks import MetricsRecorder, ProgramTable, RolloutRecorder
+from vprl.train.online.trainers import TRAINERS
+from vprl.train.policy.loading import load_model, load_tokenizer, policy_name
+from vprl.train.prompts import STOP_SEQUENCES, completion_to_program
+from vprl.train.recipe.data import PromptedExample, trl_dataset
+from vprl.train.recipe.rl_config import RLConfig
+from vprl.train.rollouts.log import RolloutLog
+from vprl.train.rollouts.scorer import ProgramScorer
+from vprl.train.runs import folder as runs
+
+logger = logging.getLogger(__name__)
+
+
+def build_trainer(
+    cfg: RLConfig,
+    prompted: list[PromptedExample],
+    composer: RewardComposer,
+    runner: SyncRunner,
+    run_dir: Path,
+    device: Any = None,
+) -> tuple[Any, RolloutRecorder]:
+    tokenizer = load_tokenizer(cfg.policy)
+    model, peft_config = load_model(cfg.policy, device=device)
+    dataset = trl_dataset(prompted, tokenizer, cfg.policy.framing)
+    recorder = RolloutRecorder(
+        RolloutLog.in_run(run_dir),
+        {p.example.id: p.prompt_hash for p in prompted},
+        policy_name(cfg.policy),
+        keep_traces=cfg.rewards.rollout_traces,
+    )
+    adapter = TrlRewardAdapter(
+        ProgramScorer(runner, composer),
+        {p.example.id: p.example for p in prompted},
+        completion_to_program,
+        [spec.name for spec in composer.config.rewards],
+        on_batch=recorder.on_batch,
+    )
+    args = cfg.training
+    args.reward_weights = adapter.reward_weights
+    stops = STOP_SEQUENCES if cfg.rewards.stop_at_program_end else ()
+    if args.use_vllm and stops:
+        args.generation_kwargs = {**(args.generation_kwargs or {}), "stop": list(stops)}
+    trainer = TRAINERS[cfg.algorithm](
+        model=model,
+        reward_funcs=adapter.reward_funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[
+            recorder,
+            MetricsRecorder(runs.MetricsLog(run_dir)),
+            ProgramTable(
+                recorder, cfg.rewards.program_table_steps, images={p.example.id: p.example.image for p in prompted}
+            ),
+        ],
+    )
+    trainer.setup_program_training(
+        stops,
+        cfg.rewards.filter_zero_variance,
+        reward_adapter=adapter,
+        overlap_execution=cfg.rewards.overlap_execution,
+    )
+    return trainer, recorder
+
+
+def train_online(
+    cfg: RLConfig,
+    prompted: list[PromptedExample],
+    composer: RewardComposer,
+    runner: SyncRunner,
+    run_dir: Path,
+    checkpoint: tuple[int, Path] | None,
+    state: Any,
+) -> Path:
+    device = state.device if cfg.policy.load_in_4bit else None
+    trainer, _ = build_trainer(cfg, prompted, composer, runner, run_dir, device)
+    check_sharding(trainer)
+    trainer.train(resume_from_checkpoint=str(checkpoint[1]) if checkpoint else None)
+    out = run_dir / runs.ADAPTER_DIR
+    if trainer.is_fsdp_enabled:
+        # transformers' save_model writes nothing under FSDP unless the state dict is gathered whole
+        # (trl's default is sharded): the adapter would silently be missing.
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(str(out))  # the peft adapter (safetensors) and the tokenizer, main process only
+    return out
+
+
+def check_sharding(trainer: Any) -> None:
+    """Warn when `accelerate launch` was asked for FSDP or DeepSpeed and the run is plain data
+    parallel instead: accelerate does that without a word on CPU (docs/distributed.md), and on a
+    GPU the unsharded model may then not fit."""
+    asked = [
+        name
+        for name, var, enabled in (
+            ("FSDP", "ACCELERATE_USE_FSDP", trainer.is_fsdp_enabled),
+            ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED", trainer.is_deepspeed_enabled),
+        )
+        if os.environ.get(var, "false").lower() == "true" and not enabled
+    ]
+    for name in asked:
+        message = (
+            f"accelerate was launched with {name}, but the trainer is not using it (accelerate runs CPU jobs as "
+            "plain data parallel): every process holds the whole model"
+        )
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        logger.warning(message)

@@ -1,0 +1,133 @@
+"""Model framing: turn a prompt into the text and token ids a particular code LLM expects.
+
+- CodeLlama-style (no chat template): the prompt is plain text and the tokenizer's post-processor
+  adds `<s>` itself.
+- CodeGemma-style (chat template): the prompt goes into a user turn; the template already emits
+  `<bos>`, so the framed text is tokenized without special tokens.
+
+Either way `encode_prompt` returns ids with exactly one BOS, at position 0. Pass these ids (not the
+text) to generators that tokenize on their own, such as vLLM, which would otherwise add a second
+BOS in front of a chat-templated text.
+
+The prompt ends with the entry point's signature (`def execute_command(image) -> str:`), and the
+model continues the function body from there. In a chat frame that signature line is moved into
+the start of the model's turn, so the completion is a body in both frames and
+`completion_to_program` treats them alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vprl.executor.program import ENTRY, extract_program
+
+STYLES = ("auto", "plain", "chat")
+
+# Where a completion of the function body ends: the next top-level comment (a new query), def,
+# class or script line, a closing markdown fence, or two blank lines in a row.
+STOP_SEQUENCES: tuple[str, ...] = (
+    "\n\n\n",
+    "\n#",
+    "\ndef ",
+    "\nclass ",
+    "\nif __name__",
+    "\nprint(",
+    "\n```",
+    "\nQuery:",
+    "\nProgram:",
+)
+
+
+def resolve_style(tokenizer: Any, style: str = "auto") -> str:
+    """ "plain" or "chat"; "auto" picks "chat" when the tokenizer has a chat template."""
+    if style not in STYLES:
+        raise ValueError(f"framing style {style!r} is not one of {STYLES}")
+    if style != "auto":
+        return style
+    return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
+
+
+def frame_prompt(prompt: str, tokenizer: Any, style: str = "auto") -> str:
+    """The text to feed the model. It never adds a BOS to plain text (the tokenizer does that in
+    `encode_prompt`), and a BOS already at the start of the prompt is not repeated by the chat
+    template."""
+    style = resolve_style(tokenizer, style)
+    bos = getattr(tokenizer, "bos_token", None)
+    if style == "plain":
+        return prompt
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("framing style 'chat' needs a tokenizer with a chat template")
+    content = prompt[len(bos) :] if bos and prompt.startswith(bos) else prompt
+    content, prefill = _split_signature(content)
+    framed = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
+    if not isinstance(framed, str):
+        raise TypeError(f"apply_chat_template(tokenize=False) returned {type(framed).__name__}, expected str")
+    return framed + prefill
+
+
+def encode_prompt(text: str, tokenizer: Any) -> list[int]:
+    """Token ids of a framed prompt with exactly one BOS, at position 0 (when the tokenizer has a
+    BOS token at all).
+
+    Text that already starts with the BOS text (a chat template's output) is tokenized without
+    special tokens; other text with them, so the tokenizer adds BOS the way the model was trained.
+    A post-processor that adds no BOS gets one prepended; one that appends EOS has it removed,
+    since a prompt must not end the sequence.
+    """
+    bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
+    if bos is None or bos_id is None:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    has_bos_text = text.startswith(bos)
+    ids = list(tokenizer(text, add_special_tokens=not has_bos_text)["input_ids"])
+    if not has_bos_text:
+        eos, eos_id = getattr(tokenizer, "eos_token", None), getattr(tokenizer, "eos_token_id", None)
+        if eos_id is not None and ids and ids[-1] == eos_id and not (eos and text.endswith(eos)):
+            ids.pop()
+        if not ids or ids[0] != bos_id:
+            ids.insert(0, bos_id)
+    count = ids.count(bos_id)
+    if count != 1:
+        where = [i for i, t in enumerate(ids) if t == bos_id]
+        raise ValueError(
+            f"the prompt encodes to {count} BOS tokens (at positions {where[:5]}); the text holds the BOS "
+            f"text {bos!r} somewhere after its start"
+        )
+    return ids
+
+
+def completion_to_program(prompt_tail: str, completion: str) -> str:
+    """The runnable program for a completion of a prompt ending with the entry point's signature.
+
+    `prompt_tail` is the prompt (or its last line). When it ends with a `def` line the completion
+    is the function body and the signature is put back in front; a completion that writes the
+    whole `def execute_command` itself is taken as it is. The text is cut at the first stop
+    sequence after the signature, then cleaned with `vprl.executor.program.extract_program`.
+    """
+    last_line = prompt_tail.rstrip().rsplit("\n", 1)[-1].strip()
+    entry = f"def {ENTRY}"
+    if last_line.startswith("def ") and not _opens_with_entry(completion):
+        text = last_line + completion
+        body_from = len(last_line)
+    else:
+        text = completion
+        body_from = max(completion.find(entry), 0)
+    cut = min((i for i in (text.find(s, body_from) for s in STOP_SEQUENCES) if i >= 0), default=len(text))
+    return extract_program(text[:cut])
+
+
+def _opens_with_entry(completion: str) -> bool:
+    """Whether the completion writes the entry point itself (first code line, after a fence)."""
+    lines = [line for line in completion.split("\n") if line.strip()]
+    if lines and lines[0].lstrip().startswith("```"):
+        lines = lines[1:]
+    return bool(lines) and lines[0].startswith(f"def {ENTRY}")
+
+
+def _split_signature(prompt: str) -> tuple[str, str]:
+    """(prompt without its final `def ...:` line, that line) when the prompt ends with one."""
+    head, _, last = prompt.rstrip().rpartition("\n")
+    if last.startswith("def ") and last.rstrip().endswith(":"):
+        return head.rstrip("\n"), last
+    return prompt, ""

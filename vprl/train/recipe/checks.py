@@ -1,0 +1,204 @@
+"""Every check of an RL recipe that needs no model and no executor: the policy, the data, the prompts,
+the tool stack, the rewards, the executor settings and the algorithm's settings. A bad value fails
+here, before any work, with a `ConfigError` naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from vprl.data.records import Example
+from vprl.executor.runner import RunnerConfig
+from vprl.executor.tools.stack import backend_class, read_tool_stack, stack_settings
+from vprl.rewards.compose import RewardConfig
+from vprl.rewards.registry import check_reward_name
+from vprl.train.policy.loading import check_policy
+from vprl.train.prompts import PromptConfig
+from vprl.train.recipe.data import entry_args, load_examples, load_mixture, prompt_configs
+from vprl.train.recipe.layout import plan_layout, visible_gpus
+from vprl.train.recipe.mixture import KEY as MIXTURE_KEY
+from vprl.train.recipe.mixture import LoadedMixture, as_mixture, entry_prompts, reward_scopes, scoped_composer
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.rl_config import RLConfig
+from vprl.train.recipe.sections import DataArgs, ExecutorArgs
+
+
+@dataclass
+class Checked:
+    """What validation read: the examples, prompt configs, tool stack and reward config.
+
+    examples: the training examples, each once; for a mixture, one epoch of its rows (an example
+        appears as often as its entry's weight asks), which is what the trainer samples prompts from.
+    prompts: a PromptConfig per task, or per mixture entry (keyed by the entry's name).
+    mixture: the loaded mixture (entries, shares, each entry's examples once); None without one.
+    reward_scopes: reward name -> the mixture entries it scores; None when every reward scores all.
+    """
+
+    examples: list[Example]
+    prompts: dict[str, PromptConfig]
+    tool_stack: dict[str, Any]
+    tool_overrides: dict[str, Any]
+    rewards: RewardConfig
+    runner: RunnerConfig
+    tool_service: str | None = None
+    layout: Any = None  # vprl.train.recipe.layout.Layout
+    mixture: LoadedMixture | None = None
+    reward_scopes: dict[str, frozenset[str]] | None = None
+
+    def composer(self, resources: dict[str, Any] | None = None) -> Any:
+        """The run's `RewardComposer`, each reward scoring only the mixture entries it is named for."""
+        return scoped_composer(self.rewards, self.reward_scopes, resources)
+
+
+def validate(cfg: RLConfig, check_layout: bool = True) -> Checked:
+    """Every check that needs no model and no executor; raises ConfigError naming the key."""
+    check_policy(cfg.policy)
+    mixture = load_mixture(cfg.data) if cfg.data.dataset_mixture is not None else None
+    examples = mixture.drawn if mixture else load_examples(cfg.data)
+    prompts = mixture_prompts(cfg, mixture) if mixture else prompt_configs(cfg.prompt, examples)
+    stack, overrides = tool_stack(cfg.executor, cfg.data)
+    rewards = reward_config(cfg)
+    scopes = None
+    if mixture:
+        scopes = reward_scopes([spec.name for spec in rewards.rewards], mixture, MIXTURE_KEY)
+        everything = frozenset(e.entry.name for e in mixture.entries)
+        if all(s == everything for s in scopes.values()):
+            scopes = None  # every reward scores every entry: nothing to scope
+    try:
+        runner = RunnerConfig(
+            slots=cfg.executor.executor_slots or (os.cpu_count() or 1),
+            timeout_s=cfg.executor.executor_timeout_s,
+            max_rpcs=cfg.executor.executor_max_rpcs,
+            sandbox=cfg.executor.executor_sandbox,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"executor: {exc}") from None
+    check_algorithm(cfg)
+    check_schedule(cfg)
+    layout = plan_layout(cfg, stack, rewards, [ex.query for ex in examples], visible_gpus())
+    if check_layout:
+        layout.check()
+    return Checked(
+        examples, prompts, stack, overrides, rewards, runner, cfg.executor.tool_service, layout, mixture, scopes
+    )
+
+
+def mixture_prompts(cfg: RLConfig, mixture: LoadedMixture) -> dict[str, PromptConfig]:
+    if cfg.prompt.prompt_task is not None:
+        raise ConfigError(f"prompt_task: a recipe with {MIXTURE_KEY} sets the task per entry (prompt: {{task: ...}})")
+    base = {f.name.removeprefix("prompt_"): getattr(cfg.prompt, f.name) for f in dataclasses.fields(cfg.prompt)}
+    base.pop("task")
+    if base["ice_file"] is not None and not os.path.isfile(base["ice_file"]):
+        raise ConfigError(f"prompt_ice_file: {base['ice_file']} does not exist")
+    configs = entry_prompts(base, mixture, MIXTURE_KEY)
+    for name, config in configs.items():
+        if config.ice_file is not None and not os.path.isfile(config.ice_file):
+            raise ConfigError(f"{MIXTURE_KEY}: entry {name!r}: prompt ice_file {config.ice_file} does not exist")
+    return configs
+
+
+def tool_stack(executor: ExecutorArgs, data: DataArgs) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recipe's tool stack and the settings it runs with: the recipe's overrides, and on the
+    shapes world the oracle's scene graphs (the world's own, unless the stack names some). With a
+    `tool_service` the stack is the one deployed there, as it was deployed."""
+    try:
+        stack = read_tool_stack(executor.tool_stack)
+        backend_class(stack["backend"])
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"tool_stack: {exc}") from None
+    overrides = dict(executor.tool_overrides or {})
+    if executor.tool_service is not None:
+        if overrides:
+            raise ConfigError("tool_overrides: a deployed tool service runs the stack it was deployed with")
+        return stack, overrides
+    worlds = shapes_roots(data)
+    if stack["backend"] == "oracle" and worlds and not (stack.get("scene_graphs") or overrides):
+        from vprl.data.shapes.tasks import scene_graph_files
+
+        overrides["scene_graphs"] = [str(p) for root in worlds for p in scene_graph_files(root)]
+    try:  # names and types of the settings, before any executor starts
+        backend_class(stack["backend"]).check_settings(**stack_settings(stack, overrides))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"tool_stack {executor.tool_stack} with tool_overrides: {exc}") from None
+    return stack, overrides
+
+
+def shapes_roots(data: DataArgs) -> list[str]:
+    """The shapes worlds the recipe trains on: its root, or the distinct roots of its shapes entries."""
+    if data.dataset_mixture is None:
+        return [data.dataset_root] if data.dataset == "shapes" else []
+    roots = [
+        entry_args(e, data).dataset_root for e in as_mixture(data.dataset_mixture).datasets if e.dataset == "shapes"
+    ]
+    return list(dict.fromkeys(r for r in roots if r))
+
+
+def reward_config(cfg: RLConfig) -> RewardConfig:
+    try:
+        config = RewardConfig.from_json({"rewards": cfg.rewards.rewards, "penalties": cfg.rewards.reward_penalties})
+        names = [spec.name for spec in config.rewards]
+        for name in names:
+            check_reward_name(name)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"rewards: {exc}") from None
+    if not names:
+        raise ConfigError("rewards: at least one reward is needed")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"rewards: each reward may appear once, got {names}")
+    return config
+
+
+def check_algorithm(cfg: RLConfig) -> None:
+    t = cfg.training
+    if cfg.algorithm == "rest":
+        if cfg.rest.rest_generator not in ("hf", "vllm"):
+            raise ConfigError(f"rest_generator: {cfg.rest.rest_generator!r} is not one of hf, vllm")
+        if cfg.rest.rest_generator == "vllm":
+            require_vllm("rest_generator: vllm")
+        return
+    if t.reward_weights is not None:
+        raise ConfigError("reward_weights: set weights in `rewards` ({name, weight}); the total is composed there")
+    if t.use_vllm:
+        require_vllm("use_vllm")
+    if cfg.rewards.stop_at_program_end and t.mask_truncated_completions:
+        raise ConfigError(
+            "mask_truncated_completions: a completion cut at the end of its program has no EOS and would be "
+            "masked as truncated; set stop_at_program_end false to use it"
+        )
+    # Samples are generated once per window of optimizer steps; a checkpoint inside a window
+    # would resume with the window's samples lost (they are not checkpointed).
+    window = t.steps_per_generation * t.num_iterations / t.gradient_accumulation_steps
+    if window > 1 and t.save_steps >= 1 and t.save_steps % window:
+        raise ConfigError(
+            f"save_steps: {t.save_steps} is not a multiple of the generation window ({window:g} optimizer steps = "
+            "steps_per_generation x num_iterations / gradient_accumulation_steps)"
+        )
+
+
+def check_schedule(cfg: RLConfig) -> None:
+    """Warn (once, from the main process) when more processes shorten the run: without
+    `global_batch_size` each optimizer step takes per_device_train_batch_size x processes x
+    gradient_accumulation_steps samples, so N processes take 1/N of the one-process run's optimizer
+    steps under the same learning rate and warm-up ratio."""
+    t = cfg.training
+    processes = t.world_size
+    if cfg.run.global_batch_size is not None or processes == 1 or t.process_index != 0:
+        return
+    per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps
+    warnings.warn(
+        f"{processes} processes take {per_step * processes} samples per optimizer step "
+        f"(per_device_train_batch_size {t.per_device_train_batch_size} x {processes} x gradient_accumulation_steps "
+        f"{t.gradient_accumulation_steps}), {processes}x one process's {per_step}: 1/{processes} of its optimizer "
+        f"steps with the same learning rate and warm-up ratio; set global_batch_size {per_step} to keep its schedule",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def require_vllm(key: str) -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"{key}: vLLM is not installed (it needs a CUDA GPU: pip install 'vprl[vllm]')")

@@ -1,0 +1,247 @@
+"""The sections of the RL recipe: the policy, the data, the prompt, the executor, the rewards, the run
+and the ReST loop. Every key of a flat recipe belongs to exactly one section or to the trainer's
+arguments (`vprl.train.recipe.trainer_args`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from vprl.train.prompts import PromptConfig
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.sampling.generator import PAPER_SAMPLING
+
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+@dataclass
+class PolicyArgs:
+    """The policy: a causal code LM (local folder or hub id) with a LoRA adapter."""
+
+    model_name_or_path: str | None = field(default=None, metadata={"help": "policy model folder or hub id"})
+    policy_name: str | None = field(default=None, metadata={"help": "name in manifests and rollouts"})
+    adapter_path: str | None = field(default=None, metadata={"help": "start from this LoRA adapter"})
+    framing: str = field(default="auto", metadata={"help": "prompt framing: auto | plain | chat"})
+    torch_dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16 | float16"})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scale numerator (the update is scaled by alpha / r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: list(DEFAULT_LORA_TARGETS),
+        metadata={
+            "help": "module names that get an adapter, e.g. q_proj k_proj v_proj o_proj; all-linear: every linear"
+        },
+    )
+    load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA: 4-bit base through bitsandbytes"})
+    load_in_8bit: bool = field(default=False, metadata={"help": "8-bit base through bitsandbytes"})
+    bnb_4bit_quant_type: str = field(default="nf4", metadata={"help": "4-bit data type: nf4 | fp4"})
+    bnb_4bit_compute_dtype: str = field(
+        default="bfloat16", metadata={"help": "dtype of the 4-bit matmuls: bfloat16 | float16 | float32"}
+    )
+    bnb_4bit_use_double_quant: bool = field(default=True, metadata={"help": "quantize the quantization constants too"})
+
+
+@dataclass
+class DataArgs:
+    """The training examples: one dataset (the `dataset_*` keys) or a mixture of several
+    (`dataset_mixture`, whose entries take those keys without the prefix; `dataset_root` is then the
+    folder their roots are relative to)."""
+
+    dataset: str = field(default="shapes", metadata={"help": "'shapes' (the shapes world) or a loader name"})
+    dataset_root: str | None = field(default=None, metadata={"help": "dataset folder (shapes: world root)"})
+    dataset_split: str | None = field(default=None, metadata={"help": "loader split (None: its default)"})
+    dataset_tasks: list[str] = field(default_factory=lambda: ["train"], metadata={"help": "shapes-world tasks"})
+    dataset_sample: str | None = field(
+        default=None, metadata={"help": "papers' sampling recipe: gqa_train | gqa_eval | okvqa | vqav2"}
+    )
+    dataset_sample_seed: int = field(default=0, metadata={"help": "seed of the papers' sampling recipe"})
+    dataset_sample_cache: str | None = field(
+        default="auto",
+        metadata={
+            "help": "folder keeping drawn samples, so one process parses the dataset and the others read the "
+            "sample (auto: $XDG_CACHE_HOME/vprl/samples or ~/.cache/vprl/samples; null: every process parses)"
+        },
+    )
+    dataset_limit: int | None = field(default=None, metadata={"help": "keep the first N examples"})
+    dataset_options: str | None = field(default=None, metadata={"help": "loader keyword options (mapping)"})
+    dataset_labels: bool = field(
+        default=True,
+        metadata={"help": "false: withhold the answers at load time (label-free rewards only, e.g. unit_tests)"},
+    )
+    dataset_mixture: str | None = field(
+        default=None,
+        metadata={
+            "help": "several datasets with weights (mapping {seed, datasets: [{dataset, weight, tasks, labels, "
+            "rewards, prompt, ...}]}; vprl.train.recipe.mixture), in place of the dataset_* keys"
+        },
+    )
+
+
+def _prefixed(cls: type, prefix: str, name: str, doc: str, defaults: dict[str, object]) -> type:
+    """`cls`'s fields as flat recipe keys (`prefix` + field name), with its defaults unless given."""
+    own = [
+        (prefix + f.name, f.type, field(default=defaults.get(f.name, f.default), metadata=f.metadata))
+        for f in dataclasses.fields(cls)
+        if f.init
+    ]
+    made = dataclasses.make_dataclass(name, own, namespace={"__doc__": doc})
+    made.__module__ = __name__
+    return made
+
+
+PromptArgs = _prefixed(
+    PromptConfig,
+    "prompt_",
+    "PromptArgs",
+    "`vprl.train.prompts.PromptConfig`'s fields, prefixed; `prompt_task` None takes the examples' task.",
+    {"task": None},
+)
+
+
+@dataclass
+class ExecutorArgs:
+    tool_stack: str = field(default="configs/tools/shapes.yaml", metadata={"help": "configs/tools/*.yaml"})
+    tool_overrides: str | None = field(default=None, metadata={"help": "backend settings replacing the stack's"})
+    executor_slots: int | None = field(default=None, metadata={"help": "sandboxes in parallel (None: cores)"})
+    executor_timeout_s: float = field(
+        default=5.0,
+        metadata={
+            "help": "seconds of a program's own time (tool waits excluded); the runner also stops it 115 s after its "
+            "first tool call (wall_timeout_s)"
+        },
+    )
+    executor_sandbox: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (full where namespaces work, else restricted) | full | restricted | none (debugging only)"
+        },
+    )
+    executor_max_rpcs: int = field(
+        default=200, metadata={"help": "tool calls a program may make before it is stopped"}
+    )
+    tool_service: str | None = field(
+        default=None,
+        metadata={"help": "Ray address of the stack deployed by `python -m vprl.executor.serve` (auto: this node)"},
+    )
+
+
+@dataclass
+class RewardArgs:
+    rewards: str | None = field(
+        default=None,
+        metadata={"help": "reward names, or mappings {name, weight, settings}; none given: correctness"},
+    )
+    reward_penalties: str | None = field(
+        default=None, metadata={"help": "mapping of program status (syntax_error, runtime_error, ...) to its total"}
+    )
+    filter_zero_variance: bool = field(
+        default=False, metadata={"help": "drop groups whose rewards are all equal from the loss"}
+    )
+    stop_at_program_end: bool = field(
+        default=True, metadata={"help": "cut completions at the first stop sequence after the function"}
+    )
+    overlap_execution: bool = field(
+        default=True, metadata={"help": "run the programs while trl computes log-probabilities, not after"}
+    )
+    rollout_traces: bool = field(default=True, metadata={"help": "keep tool-call traces in rollouts.jsonl"})
+    program_table_steps: int = field(default=50, metadata={"help": "wandb table of programs every N steps"})
+
+
+@dataclass
+class RunArgs:
+    """global_batch_size: samples per optimizer step over all processes (completions for GRPO/RLOO).
+    Set, it decides gradient_accumulation_steps = global_batch_size / (per_device_train_batch_size x
+    processes), so a run on N GPUs takes the optimizer steps, and so the learning-rate schedule, of
+    the one-GPU run; unset, N processes take 1/N of them with the same schedule settings."""
+
+    algorithm: str = field(default="grpo", metadata={"help": "grpo | rloo | rest"})
+    resume: bool = field(default=True, metadata={"help": "resume from the last checkpoint in output_dir"})
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "samples per optimizer step over all processes; derives gradient_accumulation_steps "
+            "from the number of processes (none: gradient_accumulation_steps as given)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.global_batch_size is not None:
+            _positive_int("global_batch_size", self.global_batch_size)
+
+
+def accumulation_for(global_batch_size: int, per_device: int, processes: int) -> int:
+    """gradient_accumulation_steps that make `global_batch_size` samples per optimizer step."""
+    per_micro_step = per_device * processes
+    if global_batch_size % per_micro_step:
+        fits = [b for b in range(1, per_device + 1) if global_batch_size % (b * processes) == 0]
+        hint = (
+            f"per_device_train_batch_size {' or '.join(map(str, fits[-3:]))} divides it"
+            if fits
+            else f"no per_device_train_batch_size divides it over {processes} processes"
+        )
+        raise ConfigError(
+            f"global_batch_size: {global_batch_size} is not a multiple of per_device_train_batch_size x processes "
+            f"= {per_device} x {processes} = {per_micro_step} ({hint})"
+        )
+    return global_batch_size // per_micro_step
+
+
+KEEP_RULES = ("above", "at_least")
+REST_GENERATORS = ("hf", "vllm")
+
+
+@dataclass
+class RestArgs:
+    """The ReST loop (ViUniT/ViReP; docs/references.md). Its SFT step takes the recipe's trainer
+    arguments (`SFTArgs`) as they are; sampling is `rest_temperature`, `rest_top_p`,
+    `rest_max_new_tokens`, seeded with the trainer's `seed` plus the iteration.
+
+    rest_keep_rule: "above" keeps total > rest_keep_threshold; "at_least" keeps total >= it.
+    rest_max_kept_per_query: at most this many distinct programs per question (None: no cap).
+    rest_restart_from_base: train each iteration from the initial adapter instead of the previous one.
+    """
+
+    rest_iterations: int = field(default=3, metadata={"help": "sample, filter, fine-tune rounds"})
+    rest_samples_per_query: int = field(default=8, metadata={"help": "programs sampled per question per round"})
+    rest_keep_threshold: float = field(default=0.0, metadata={"help": "keep programs whose total passes this"})
+    rest_keep_rule: str = field(default="above", metadata={"help": "above (>) | at_least (>=)"})
+    rest_dedupe: bool = field(default=True, metadata={"help": "keep each distinct program of a question once"})
+    rest_max_kept_per_query: int | None = field(
+        default=None, metadata={"help": "at most this many kept programs per question (none: no cap)"}
+    )
+    rest_restart_from_base: bool = field(
+        default=False, metadata={"help": "fine-tune each round from the initial adapter, not the previous round's"}
+    )
+    rest_generator: str = field(default="hf", metadata={"help": "hf (transformers) | vllm (offline engine)"})
+    rest_generation_batch_size: int = field(default=16, metadata={"help": "prompts x samples per HF batch"})
+    rest_vllm_kwargs: str | None = field(default=None, metadata={"help": "vllm.LLM arguments (mapping)"})
+    rest_temperature: float = field(default=PAPER_SAMPLING.temperature, metadata={"help": "sampling temperature"})
+    rest_top_p: float = field(default=PAPER_SAMPLING.top_p, metadata={"help": "nucleus sampling mass"})
+    rest_max_new_tokens: int = field(
+        default=PAPER_SAMPLING.max_new_tokens, metadata={"help": "program length limit in tokens"}
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("rest_iterations", "rest_samples_per_query", "rest_generation_batch_size", "rest_max_new_tokens"):
+            _positive_int(name, getattr(self, name))
+        if self.rest_max_kept_per_query is not None:
+            _positive_int("rest_max_kept_per_query", self.rest_max_kept_per_query)
+        if self.rest_keep_rule not in KEEP_RULES:
+            raise ConfigError(f"rest_keep_rule: {self.rest_keep_rule!r} is not one of {', '.join(KEEP_RULES)}")
+        if self.rest_generator not in REST_GENERATORS:
+            raise ConfigError(f"rest_generator: {self.rest_generator!r} is not one of {', '.join(REST_GENERATORS)}")
+        if not math.isfinite(self.rest_keep_threshold):
+            raise ConfigError(f"rest_keep_threshold: must be finite, got {self.rest_keep_threshold!r}")
+
+    def keeps(self, total: float | None) -> bool:
+        if total is None:  # infra_error: masked, never a training target
+            return False
+        return (
+            total > self.rest_keep_threshold if self.rest_keep_rule == "above" else total >= self.rest_keep_threshold
+        )
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
