@@ -123,6 +123,15 @@ class BatchRunner:
         return self.supervisor.layers if self.supervisor else {}
 
     @property
+    def alive(self) -> bool:
+        """Whether programs can run: the supervisor is up and its messages are being read (always,
+        without a sandbox)."""
+        if self.config.sandbox == "none":
+            return not self._closed
+        running = self._reader is not None and not self._reader.done()
+        return not self._closed and running and self.supervisor is not None and self.supervisor.alive()
+
+    @property
     def isolation(self) -> str:
         """How programs are isolated: "full", "restricted" or "none"."""
         return self.supervisor.isolation if self.supervisor else "none"
@@ -403,6 +412,16 @@ class SyncRunner:
             return await self.runner.run(pairs, progress=progress)
 
         return self._wait(go())
+
+    def restart(self) -> None:
+        """Replace the batch runner (after its supervisor died) with a fresh one on the same loop,
+        host and settings; whoever holds this `SyncRunner` keeps using it. Work in flight on the
+        old one has already failed as `infra_error`."""
+        old = self.runner
+        self._wait(old.close())
+        fresh = BatchRunner(old.host, old.config)
+        self._wait(fresh.start())
+        self.runner = fresh
 
     def close(self) -> None:
         if self._thread.is_alive():

@@ -6,6 +6,11 @@ program runs (`ToolHost.preload`: a cold load must not spend the first calls' ti
 at interpreter exit or at the end of a `with` block. A closed session stays closed: a reward
 called after it would otherwise start a second supervisor nobody closes.
 
+A supervisor that dies (killed, out of memory) fails the programs in flight as `infra_error`
+(masked) and would fail every later one the same way, silently: before each batch the session
+checks it and restarts the executor, with one logged line. A restart that fails, or a supervisor
+that dies again before a batch has finished on the restarted one, raises a RuntimeError saying so.
+
 `SessionConfig` is what crosses a process boundary (verl's reward workers read it from JSON).
 """
 
@@ -114,6 +119,25 @@ def runner_from_json(row: Any, where: str) -> RunnerConfig:
         raise ValueError(f"{where}: {exc}") from None
 
 
+_WHY = (
+    "The supervisor's own messages are on this process's stderr; killed by signal 9 with nothing there is "
+    "usually the kernel's out-of-memory killer (see `dmesg`). Make a new session (program_rewards, or restart "
+    "the verl reward worker) once the cause is gone."
+)
+
+
+def _death(runner: SyncRunner) -> str:
+    """How the runner's supervisor ended, for one line: "(pid 12, killed by signal 9) died"."""
+    supervisor = runner.runner.supervisor
+    if supervisor is None:
+        return "died"
+    code = supervisor.proc.poll()
+    if code is None:  # running, but its stream broke: as good as dead to us
+        return f"(pid {supervisor.proc.pid}) stopped answering"
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    return f"(pid {supervisor.proc.pid}, {how}) died"
+
+
 def reward_config(rewards: Any, penalties: dict[str, float] | None = None) -> RewardConfig:
     """The rewards as a user names them: a name, names, `{name: weight}`, `RewardSpec`s or
     `{name, weight, settings}` mappings (a recipe's `rewards:` list)."""
@@ -144,6 +168,7 @@ class ScoringSession:
         self._runner: SyncRunner | None = None
         self._host: ToolHost | None = None
         self._closed = False
+        self._restarted = False  # the supervisor was restarted and no batch has finished on it yet
 
     @property
     def started(self) -> bool:
@@ -182,6 +207,37 @@ class ScoringSession:
         self._runner, self._host = runner, host
         return ProgramScorer(runner, composer)
 
+    def _live(self) -> ProgramScorer:
+        """The scorer, its executor restarted first if the sandbox supervisor died since the last batch."""
+        scorer = self.start()
+        runner = scorer.runner
+        if runner.runner.alive:
+            return scorer
+        with self._lock:  # one restart, whichever caller notices first
+            if self._closed:
+                raise RuntimeError("this vprl scoring session is closed; make a new one")
+            if runner.runner.alive:
+                return scorer
+            died = _death(runner)
+            if self._restarted:
+                raise RuntimeError(
+                    f"vprl's sandbox supervisor {died} again right after a restart; not restarting it a second "
+                    f"time. {_WHY}"
+                )
+            logger.warning("vprl's sandbox supervisor %s; restarting the executor", died)
+            try:
+                runner.restart()
+            except Exception as exc:
+                raise RuntimeError(
+                    f"vprl's sandbox supervisor {died} and restarting it failed: {exc}. {_WHY}"
+                ) from exc
+            self._restarted = True
+        return scorer
+
+    def _finished(self, scorer: ProgramScorer) -> None:
+        if self._restarted and scorer.runner.runner.alive:
+            self._restarted = False  # the restarted supervisor ran a whole batch: it is not dying at start
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -195,12 +251,19 @@ class ScoringSession:
                 host.close()
 
     def score(self, examples: Sequence[Example], programs: Sequence[str]) -> ScoredBatch:
-        return self.start().score(examples, programs)
+        scorer = self._live()
+        scored = scorer.score(examples, programs)
+        self._finished(scorer)
+        return scored
 
     async def ascore(self, examples: Sequence[Example], programs: Sequence[str]) -> ScoredBatch:
-        # Starting blocks (a supervisor, perhaps models): off the caller's event loop.
-        scorer = self._scorer or await asyncio.to_thread(self.start)
-        return await scorer.ascore(examples, programs)
+        # Starting or restarting blocks (a supervisor, perhaps models): off the caller's event loop.
+        scorer = self._scorer
+        if scorer is None or not scorer.runner.runner.alive:
+            scorer = await asyncio.to_thread(self._live)
+        scored = await scorer.ascore(examples, programs)
+        self._finished(scorer)
+        return scored
 
     def metrics(self) -> dict[str, Any]:
         scorer = self._scorer
