@@ -232,10 +232,13 @@ def test_the_wandb_program_table_carries_the_picture_with_the_boxes(folders, mon
     monkeypatch.setattr(wandb, "run", object())
     monkeypatch.setattr(wandb, "log", logged.append)
     ProgramTable(SimpleNamespace(recent=rows), 1, images=images).on_step_end(
-        None, SimpleNamespace(is_world_process_zero=True, global_step=1), None
+        None, SimpleNamespace(is_world_process_zero=True, global_step=7), None
     )
+    # wandb names the table's file after its key: the optimizer step's, not wandb's own step, which
+    # runs ahead of it (#29 item 3)
+    assert set(logged[0]) == {"programs/step_7", "train/global_step"} and logged[0]["train/global_step"] == 7
     # How wandb serializes the table it uploads (the artifact of a logged table).
-    table = logged[0]["programs"].to_json(wandb.Artifact("programs", "run_table"))
+    table = logged[0]["programs/step_7"].to_json(wandb.Artifact("programs", "run_table"))
     assert table["columns"][-1] == "image"
     for row, cells in zip(rows, table["data"]):
         image = cells[-1]

@@ -154,6 +154,11 @@ def _to_wandb(metrics: dict[str, float | int], step: int) -> None:
         wandb.log({**{f"train/{k}": v for k, v in metrics.items()}, "train/global_step": step})
 
 
+def table_key(global_step: int) -> str:
+    """The wandb key of the program table of an optimizer step."""
+    return f"programs/step_{global_step}"
+
+
 class ProgramTable(TrainerCallback):
     """A wandb.Table of the sampled programs of a step, with their traces, every `every` steps.
 
@@ -195,9 +200,11 @@ class ProgramTable(TrainerCallback):
                 traced_image(wandb, self.images.get(row.example_id), row),
             )
         # No `step=`: transformers' WandbCallback logs without one, so wandb's own step runs ahead of
-        # the trainer's, and a record with an older step is dropped. The trainer's step goes in the
-        # row, as `train/global_step` (transformers' x-axis for every train/ metric).
-        wandb.log({"programs": table, "train/global_step": state.global_step})
+        # the trainer's (trl logs its timings as rows of their own), and a record with an older step
+        # is dropped. The trainer's step goes in the record, as `train/global_step` (transformers'
+        # x-axis for every train/ metric), and in the key: wandb names a table's file after its key
+        # and its own step, so `programs/step_120` is the file of optimizer step 120, in one section.
+        wandb.log({table_key(state.global_step): table, "train/global_step": state.global_step})
         return control
 
 
