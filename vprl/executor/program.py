@@ -14,6 +14,7 @@ import inspect
 import io
 import math
 import re
+import sys
 import time
 import traceback
 import warnings
@@ -31,6 +32,9 @@ MAX_STR = 10_000  # longest string in an answer
 MAX_NODES = 10_000  # most values in an answer
 MAX_DEPTH = 20
 PROGRAM_FILE = "<program>"
+MAX_LINE = 1_000_000  # a line number past this is not one of a program's (a forged request)
+# Taken at import: a program may rebind `sys._getframe` for its whole process before it calls a tool.
+_getframe = sys._getframe
 
 
 class BadReturn(Exception):
@@ -92,6 +96,23 @@ def program_key(source: str) -> str:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         canonical = source.strip()
     return hashlib.sha1(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def line_map(ran: str, written: str) -> dict[int, int]:
+    """Lines of `ran` -> the lines of the same code in `written`, for two sources of one program_key
+    (one AST, other comments or layout). Walking both trees in step pairs their nodes; a line maps
+    to the line of the outermost node that starts on it. Empty when the trees do not pair up."""
+    try:
+        pairs = zip(ast.walk(parse_program(ran)), ast.walk(parse_program(written)), strict=True)
+        out: dict[int, int] = {}
+        for a, b in pairs:
+            if type(a) is not type(b):
+                return {}
+            if isinstance(getattr(a, "lineno", None), int) and isinstance(getattr(b, "lineno", None), int):
+                out.setdefault(a.lineno, b.lineno)
+        return out
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # zip(strict=True) raises ValueError
+        return {}
 
 
 def describe_error(exc: BaseException, source: str = "") -> str:
@@ -168,6 +189,25 @@ def to_plain(value: Any) -> Any:
         )
 
     return conv(value, 0)
+
+
+def program_line() -> int | None:
+    """The line of the program (1-based, as in its source) running now: that of the innermost frame
+    compiled from it, so a call made inside a helper function is the helper's line. The tool
+    clients call it when a program's call enters them, for the trace the run viewer shows. None
+    when no frame of the program is on the stack."""
+    frame = _getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == PROGRAM_FILE:
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def valid_line(value: Any) -> int | None:
+    """A line a request reports, if it can be one (it crossed from the sandbox: the program could
+    have written anything there)."""
+    return value if type(value) is int and 0 < value <= MAX_LINE else None
 
 
 def compile_program(source: str):

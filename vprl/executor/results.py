@@ -26,7 +26,12 @@ PROGRAM_FAILURES = frozenset(STATUSES) - {"ok", "infra_error"}
 
 @dataclass(frozen=True)
 class ToolCallRecord:
-    """One tool call of a program, for traces: name, arguments, a short result, cache hit, time."""
+    """One tool call of a program, for traces: name, arguments, a short result, cache hit, time,
+    and the line of the program (1-based, in the source as submitted) the call was made from.
+
+    `line` is None where it is not known: rows written before the field existed, or a request that
+    came without a usable line (the program's side of the channel reports it, see `program_line`).
+    """
 
     tool: str
     args: dict[str, Any]
@@ -34,6 +39,7 @@ class ToolCallRecord:
     result: str
     cached: bool = False
     seconds: float = 0.0
+    line: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,7 +30,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -39,7 +39,7 @@ from vprl.data.records import Example
 from vprl.executor.api import SourceImage, Video
 from vprl.executor.host import ToolHost
 from vprl.executor.limits import MAX_ERROR, MAX_MESSAGE, MAX_NAME, MAX_SNIPPET, MAX_TRACE
-from vprl.executor.program import program_key
+from vprl.executor.program import line_map, program_key, valid_line
 from vprl.executor.results import ExecutionResult, ToolCallRecord, short_result
 from vprl.executor.runner_config import SANDBOX_MODES, RunnerConfig
 from vprl.executor.sandbox.channel import encode_inputs
@@ -76,6 +76,9 @@ class BatchRunner:
         self._ids = itertools.count(1)
         self._inflight: dict[tuple[str, str, str], asyncio.Future] = {}
         self._memo: OrderedDict[tuple[str, str, str], ExecutionResult] = OrderedDict()
+        # The source text each in-flight or remembered result ran: a program with the same key but
+        # other comments or layout shares the result, with its trace's lines moved to its own text.
+        self._ran: dict[tuple[str, str, str], str] = {}
         self._images: dict[tuple[str, str | None], ImageInfo] = {}
         self._reader: asyncio.Task | None = None
         self._local_lock: asyncio.Lock | None = None
@@ -166,14 +169,21 @@ class BatchRunner:
         key = (example.id, visual_ref, pkey)
         if key in self._memo:
             self._memo.move_to_end(key)
-            return _resolved(loop, self._memo[key])
+            return _resolved(loop, _as_written(self._memo[key], self._ran[key], source))
         if key in self._inflight:
-            return self._inflight[key]
+            shared = self._inflight[key]
+            if self._ran[key] == source:
+                return shared
+            mine = loop.create_future()
+            ran = self._ran[key]
+            shared.add_done_callback(lambda f: mine.set_result(_as_written(f.result(), ran, source)))
+            return mine
         future = loop.create_future()
         if self._closed:
             future.set_result(ExecutionResult(example.id, pkey, "infra_error", error="the executor is closed"))
             return future
         self._inflight[key] = future
+        self._ran[key] = source
         future.add_done_callback(lambda f, key=key: self._remember(key, f))
         state = _TaskState(example.id, pkey, future)
         loop.create_task(self._execute(state, source, inputs))
@@ -212,7 +222,9 @@ class BatchRunner:
         if result.status != "infra_error":  # our failures are retried, not remembered
             self._memo[key] = result
             while len(self._memo) > self.config.memo_size:
-                self._memo.popitem(last=False)
+                self._ran.pop(self._memo.popitem(last=False)[0], None)
+        else:
+            self._ran.pop(key, None)
 
     async def _execute(self, state: _TaskState, source: str, inputs: dict[str, Any]) -> None:
         try:
@@ -305,15 +317,17 @@ class BatchRunner:
         try:
             if method == "call":
                 call = _parse_call(request)
+                line = valid_line(request.get("line"))
                 try:
                     result, cached, seconds = await self.host.call(call)
                 except ToolError as exc:
-                    state.trace.append(
-                        ToolCallRecord(call.tool, call.args, _box(call), f"ToolError: {exc}"[:MAX_TRACE])
-                    )
+                    error = f"ToolError: {exc}"[:MAX_TRACE]
+                    state.trace.append(ToolCallRecord(call.tool, call.args, _box(call), error, line=line))
                     raise
                 state.trace.append(
-                    ToolCallRecord(call.tool, call.args, _box(call), short_result(result), cached, round(seconds, 6))
+                    ToolCallRecord(
+                        call.tool, call.args, _box(call), short_result(result), cached, round(seconds, 6), line
+                    )
                 )
                 return {"ok": result}
             if method == "pixels":
@@ -377,6 +391,16 @@ def _parse_call(request: dict[str, Any]) -> ToolCall:
 
 def _box(call: ToolCall) -> list[int] | None:
     return list(call.box) if call.box else None
+
+
+def _as_written(result: ExecutionResult, ran: str, source: str) -> ExecutionResult:
+    """`result`, which `ran` produced, for `source` (the same program_key): the trace's lines moved
+    to where the same calls are in `source`."""
+    if ran == source or not any(c.line is not None for c in result.tool_calls):
+        return result
+    lines = line_map(ran, source)
+    calls = tuple(replace(c, line=lines.get(c.line)) if c.line is not None else c for c in result.tool_calls)
+    return replace(result, tool_calls=calls)
 
 
 def _resolved(loop: asyncio.AbstractEventLoop, result: ExecutionResult) -> asyncio.Future:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from vprl.executor.host import ToolHost
-from vprl.executor.program import run_in_process
+from vprl.executor.program import program_line, run_in_process
 from vprl.executor.tools.errors import ToolError, ToolUnavailable
 
 Answer = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]  # one request -> a reply frame; never raises
@@ -50,8 +50,9 @@ class BridgeClient:
         raise ToolUnavailable(reply["message"])
 
     def call(self, tool, image, box, args):
+        box = list(box) if box else None
         return self._ask(
-            {"method": "call", "tool": tool, "image": image, "box": list(box) if box else None, "args": args}
+            {"method": "call", "tool": tool, "image": image, "box": box, "args": args, "line": program_line()}
         )
 
     def pixels(self, image):

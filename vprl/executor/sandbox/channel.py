@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from vprl.executor.api import SourceImage, Video
+from vprl.executor.program import program_line
 from vprl.executor.sandbox import framing
 from vprl.executor.tools.errors import ToolError, ToolUnavailable
 
@@ -85,6 +86,7 @@ class ChannelClient:
         raise ToolUnavailable(reply.get("message", "tool host failure"))
 
     def call(self, tool: str, image: str | None, box, args: dict[str, Any]) -> Any:
+        # The program's line goes with the request: only this side can see the program's frames.
         return self._rpc(
             {
                 "op": "rpc",
@@ -93,6 +95,7 @@ class ChannelClient:
                 "image": image,
                 "box": list(box) if box else None,
                 "args": args,
+                "line": program_line(),
             }
         )
 

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from vprl.data.boxes import Box
+from vprl.executor.program import program_line
 from vprl.executor.results import ToolCallRecord, short_result
 from vprl.executor.tools.base import ToolBackend
 from vprl.executor.tools.calls import ToolCall, validate_call
@@ -46,6 +47,7 @@ class LocalToolClient:
                 short_result(result),
                 cached,
                 round(time.perf_counter() - t0, 6),
+                program_line(),
             )
         )
         return result
