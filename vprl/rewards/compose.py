@@ -88,6 +88,9 @@ class RewardBatch:
     totals: list[float | None]
     components: dict[str, list[float | None]]
     statuses: list[str]
+    # reward name -> per result, the evidence rows of a `DetailedRewardFn` (empty where it did not
+    # score the result); only rewards that give evidence have an entry.
+    details: dict[str, list[list[dict[str, Any]]]] = field(default_factory=dict)
 
     def masked(self) -> list[bool]:
         return [t is None for t in self.totals]
@@ -110,15 +113,25 @@ class RewardComposer:
             raise ValueError(f"got {len(examples)} examples, {len(results)} results, {len(programs)} programs")
         ok = [i for i, r in enumerate(results) if r.status == "ok"]
         components: dict[str, list[float | None]] = {}
+        details: dict[str, list[list[dict[str, Any]]]] = {}
         for spec, fn in self.functions:
             values: list[float | None] = [None] * len(results)
+            detailed = getattr(fn, "detailed", None)
+            evidence: list[list[dict[str, Any]]] = [[] for _ in results]
             if ok:
-                scored = fn([examples[i] for i in ok], [results[i] for i in ok], [programs[i] for i in ok])
+                args = ([examples[i] for i in ok], [results[i] for i in ok], [programs[i] for i in ok])
+                scored, shown = detailed(*args) if detailed is not None else (fn(*args), None)
                 if len(scored) != len(ok):
                     raise ValueError(f"reward {spec.name!r} returned {len(scored)} values for {len(ok)} programs")
+                if shown is not None and len(shown) != len(ok):
+                    raise ValueError(f"reward {spec.name!r} returned {len(shown)} detail lists for {len(ok)} programs")
                 for i, v in zip(ok, scored):
                     values[i] = v
+                for i, rows in zip(ok, shown or ()):
+                    evidence[i] = rows
             components[spec.name] = values
+            if detailed is not None:
+                details[spec.name] = evidence
         totals: list[float | None] = []
         for i, result in enumerate(results):
             if result.status == "infra_error":
@@ -129,4 +142,4 @@ class RewardComposer:
                 parts = [(spec.weight, components[spec.name][i]) for spec, _ in self.functions]
                 judged = [(w, v) for w, v in parts if v is not None]
                 totals.append(sum(w * v for w, v in judged) if judged else None)
-        return RewardBatch(totals, components, [r.status for r in results])
+        return RewardBatch(totals, components, [r.status for r in results], details)

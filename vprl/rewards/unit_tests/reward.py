@@ -68,6 +68,7 @@ class TestOutcome:
     status: str  # the execution status on the test image; "no_image" when none could be drawn
     answer: str | None
     score: float | None
+    image: str | None = None  # the test image's file (in the test cache), for the run viewer
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -195,15 +196,17 @@ class UnitTestReward:
         outcomes, run, expected = [], [], []
         for t in tests:
             path = images[t.caption]
+            # Cut like a trace: the outcomes ride in every rollout row of a label-free run.
+            caption, expected_answer = t.caption[:MAX_TRACE], t.answer[:MAX_TRACE]
             if path is None:
-                outcomes.append(TestOutcome(t.caption, t.answer, "no_image", None, None))
+                outcomes.append(TestOutcome(caption, expected_answer, "no_image", None, None))
                 continue
             result = results[(program_key(program), path)]
             run.append(result)
             expected.append(t.answer)
             answer = None if result.answer is None else str(result.answer)[:MAX_TRACE]
             score = unit_test_score(result, t.answer, self.config.scoring)
-            outcomes.append(TestOutcome(t.caption, t.answer, result.status, answer, score))
+            outcomes.append(TestOutcome(caption, expected_answer, result.status, answer, score, str(path)))
         value = program_score(run, expected, self.config.scoring) if run else None
         if value is None:
             self.counts["programs_without_tests"] += 1
@@ -212,8 +215,16 @@ class UnitTestReward:
     def __call__(
         self, examples: Sequence[Example], results: Sequence[ExecutionResult], programs: Sequence[str]
     ) -> list[float | None]:
+        return self.detailed(examples, results, programs)[0]
+
+    def detailed(
+        self, examples: Sequence[Example], results: Sequence[ExecutionResult], programs: Sequence[str]
+    ) -> tuple[list[float | None], list[list[dict[str, Any]]]]:
+        """The values and, per program, its tests' outcomes (`TestOutcome.to_json()` rows): what the
+        run viewer shows of the label-free reward (`rewards.protocol.DetailedRewardFn`)."""
         # The real example's execution result is not needed: the tests are the evidence.
-        return [r.value for r in self.evaluate([e.query for e in examples], programs)]
+        reports = self.evaluate([e.query for e in examples], programs)
+        return [r.value for r in reports], [[o.to_json() for o in r.outcomes] for r in reports]
 
 
 def unit_tests_reward(

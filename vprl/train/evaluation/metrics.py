@@ -51,6 +51,8 @@ class Prediction:
         was configured; the with-fallback metrics use it, the no-fallback ones never do.
     unit_test_score: the chosen program's unit-test score, when unit tests were run.
     attempts: programs executed to reach this answer (candidates, retries, re-prompts).
+    tool_calls: the chosen program's trace, as `ToolCallRecord.to_json()` rows, for the run viewer's
+        boxes and lines (empty in rows written before the field existed).
     """
 
     example_id: str
@@ -62,6 +64,7 @@ class Prediction:
     unit_test_score: float | None = None
     attempts: int = 1
     error: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -180,6 +180,7 @@ def _prediction(example: Example, program: str, result: ExecutionResult, **extra
         status=result.status,
         program=program,
         error=result.error,
+        tool_calls=[c.to_json() for c in result.tool_calls],
         **extra,
     )
 

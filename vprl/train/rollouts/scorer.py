@@ -34,6 +34,9 @@ class ScoredBatch:
         keep_trace: bool = True,
     ) -> list[RolloutRow]:
         out = []
+        # The label-free reward's verdict per test, where the run has it (`RewardBatch.details`);
+        # kept or left out with the traces: both are the run viewer's evidence.
+        tests = self.rewards.details.get("unit_tests") if keep_trace else None
         for i, (example, program, result) in enumerate(zip(examples, programs, self.results, strict=True)):
             out.append(
                 RolloutRow(
@@ -53,6 +56,7 @@ class ScoredBatch:
                     error=result.error,
                     policy=policy,
                     tool_calls=[c.to_json() for c in result.tool_calls] if keep_trace else [],
+                    unit_tests=list(tests[i]) if tests else [],
                 )
             )
         return out

@@ -51,7 +51,7 @@ class CallMark:
     result: str  # the tool's answer as the trace keeps it
     region: list[float] | None  # the patch the call looked at; None when it is the whole image
     boxes: list[list[Any]]  # detect: [x0, y0, x1, y1, score, label] per box the trace kept
-    cut: bool  # the trace's result was cut short: boxes past the cut are not known
+    cut: bool  # the trace's result was cut short: the rest of the answer (boxes past the cut) is not known
     line: int | None
     inferred: bool  # the line was matched from the source, not recorded by the executor
 
@@ -118,6 +118,20 @@ def detections(result: str) -> tuple[list[list[Any]], bool]:
     return found, cut
 
 
+def cut_short(result: str) -> bool:
+    """Whether the trace cut this result short. `executor.results.short_result` ends a result it cut
+    with "..." in the middle of its JSON, so what is left does not parse; a whole result never ends
+    so (a string's own dots come before its closing quote), nor does a tool failure ("ToolError: ...",
+    cut without the dots)."""
+    if not result.endswith("...") or result.startswith("ToolError"):
+        return False
+    try:
+        json.loads(result)
+    except json.JSONDecodeError:
+        return True
+    return False
+
+
 class SiteIndex:
     """The program's call sites of API functions, by name, with their literal arguments."""
 
@@ -173,7 +187,7 @@ def call_marks(program: str, calls: list[dict[str, Any]], size: tuple[int, int] 
         result = str(call.get("result", ""))
         recorded = call.get("line")
         line = recorded if isinstance(recorded, int) else sites.line_of(tool, args)
-        boxes, cut = detections(result) if tool == "detect" else ([], False)
+        boxes, cut = detections(result) if tool == "detect" else ([], cut_short(result))
         marks.append(
             CallMark(
                 index=i,

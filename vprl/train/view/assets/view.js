@@ -157,7 +157,7 @@
     }
     return '<ul class="calls">' + c.calls.map(function (m) {
       var res = m.tool === "detect" ? m.boxes.length + (m.cut ? "+ boxes (trace cut)" : " box" + (m.boxes.length === 1 ? "" : "es"))
-        : m.res;
+        : m.res + (m.cut ? " (trace cut)" : "");
       var line = m.line == null ? "" : ' <span class="line">line ' + m.line + (m.inf ? " (matched)" : "") + "</span>";
       return '<li data-call="' + m.i + '" style="border-color:' + color(m.i) + '">#' + m.i + " " + esc(m.label) + line +
         ' → <span class="res">' + esc(res) + "</span></li>";
@@ -166,13 +166,14 @@
 
   function program(c) {
     var tags = {};
-    c.calls.forEach(function (m) { if (m.line != null) (tags[m.line] = tags[m.line] || []).push(m.i); });
+    c.calls.forEach(function (m) { if (m.line != null) (tags[m.line] = tags[m.line] || []).push(m); });
     var lines = (c.prog || "").replace(/\n$/, "").split("\n");
     return '<pre class="prog">' + lines.map(function (text, k) {
       var n = k + 1, t = tags[n] || [];
-      var seen = {};
-      var marks = t.filter(function (i) { return !seen[i] && (seen[i] = 1); }).map(function (i) {
-        return '<span class="tag" style="background:' + color(i) + '">#' + i + "</span>";
+      // Each call made from this line, labelled as in the call list (a loop's calls each get a tag).
+      var marks = t.map(function (m) {
+        return '<span class="tag" data-call="' + m.i + '" title="' + esc(m.label + (m.inf ? " (line matched)" : "")) +
+          '" style="background:' + color(m.i) + '">#' + m.i + "</span>";
       }).join("");
       return '<div class="' + (t.length ? "hit" : "") + '" data-line="' + n + '"><span class="ln">' + n + "</span>" + esc(text) + marks + "</div>";
     }).join("") + "</pre>";
