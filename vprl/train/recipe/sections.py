@@ -144,7 +144,12 @@ class RewardArgs:
     overlap_execution: bool = field(
         default=True, metadata={"help": "run the programs while trl computes log-probabilities, not after"}
     )
-    rollout_traces: bool = field(default=True, metadata={"help": "keep tool-call traces in rollouts.jsonl"})
+    rollout_traces: bool = field(
+        default=True,
+        metadata={
+            "help": "keep tool-call traces and unit-test outcomes in rollouts.jsonl (the run viewer's evidence)"
+        },
+    )
     program_table_steps: int = field(default=50, metadata={"help": "wandb table of programs every N steps"})
 
 
