@@ -10,7 +10,7 @@ from test_runner import faulty_world
 from test_sandbox import make_world
 
 from vprl.executor.api import SourceImage
-from vprl.executor.program import line_map, run_in_process
+from vprl.executor.program import line_map, run_in_process, valid_line
 from vprl.executor.results import ExecutionResult, ToolCallRecord
 from vprl.executor.run import time_summary
 from vprl.executor.runner import RunnerConfig, SyncRunner
@@ -103,3 +103,9 @@ def test_line_map_follows_comments_and_layout():
     lines = line_map(LINED, written)
     assert lines[3] == 6 and lines[9] == 12 and lines[6] == 9
     assert line_map(LINED, "def execute_command(image):\n    return 1\n") == {}  # not one program
+
+
+def test_a_line_the_runner_cannot_trust_is_not_kept():
+    # The line crosses from the sandbox: whatever the program wrote there is refused, not stored.
+    assert valid_line(3) == 3
+    assert [valid_line(v) for v in (0, -1, True, "3", 3.0, 10**9, None, [3])] == [None] * 8
