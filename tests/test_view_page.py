@@ -21,6 +21,7 @@ from view_runs import quickstart_run, shapes_evaluation
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.train.rollouts.log import RolloutLog
 from vprl.train.view import ViewOptions, build_view
+from vprl.train.view.traces import CALL_SITES
 
 # Where every drawn box sits, as a share of its picture's rendered width and height.
 BOXES_JS = """(async () => {
@@ -123,6 +124,16 @@ def test_the_run_page_draws_each_call_where_its_trace_says(browser, folders, art
     assert drawn.keys() == expected.keys()
     for key, boxes in expected.items():
         assert drawn[key] == [pytest.approx(box, abs=0.01) for box in boxes], key
+
+    # Every call's line was recorded by the executor (none matched from the source), on a line of
+    # the program that calls the API function behind the call's tool; the page tags it there.
+    marks = [(card, m) for card in data["cards"] for m in card["calls"]]
+    assert marks and all(m["line"] is not None and not m["inf"] for _, m in marks)
+    for card, m in marks:
+        text = card["prog"].split("\n")[m["line"] - 1]
+        assert any(f"{name}(" in text for name in CALL_SITES[m["tool"]]), (m, text)
+    shown_calls = sum(len(data["cards"][i]["calls"]) for i, _ in browser.eval(SHOWN_JS))
+    assert browser.eval("document.querySelectorAll('#main pre.prog .tag[title]').length") == shown_calls > 0
     browser.screenshot(artifacts / "view_run.png")
 
     # A filter changes what is shown: only the syntax errors, then one step's groups.
@@ -149,6 +160,11 @@ def test_the_evaluation_page_compares_the_policies_and_filters_by_change(browser
     browser.open(result["page"].as_uri())
     assert browser.errors() == []
     assert browser.eval(COUNT_JS) == len(kinds)
+    # predictions.jsonl carries each program's trace: the cards draw its boxes, at recorded lines
+    assert not any(c.get("nt") for c in data["cards"])
+    marks = [m for c in data["cards"] for m in c["calls"]]
+    assert marks and all(m["line"] is not None and not m["inf"] for m in marks)
+    assert any(b["cls"] == "box det" for b in browser.eval(BOXES_JS))
     for kind in ("broken", "fixed"):
         set_filter(browser, "f-kind", kind)
         assert browser.eval(COUNT_JS) == kinds.count(kind)
