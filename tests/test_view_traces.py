@@ -9,21 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from data.records import Example
-from data.shapes import BuildConfig, build_dataset, load_gold_programs
-from data.shapes.tasks import load_shapes_tasks
-from executor.host import ToolHost
-from executor.results import ExecutionResult, ToolCallRecord, short_result
-from executor.runner import RunnerConfig, SyncRunner
-from executor.tools.stack import build_backend
-from rewards.compose import RewardComposer, RewardConfig, RewardSpec
-from train.evaluation.modes import _prediction
-from train.evaluation.pipeline import prediction_row
-from train.rollouts.log import RolloutLog
-from train.rollouts.scorer import ScoredBatch
-from train.view import ViewOptions, build_view
-from train.view.eval_data import _card as eval_card
-from train.view.traces import call_marks, cut_short
+from vprl.data.records import Example
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.executor.host import ToolHost
+from vprl.executor.results import ExecutionResult, ToolCallRecord, short_result
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.tools.stack import build_backend
+from vprl.rewards.compose import RewardComposer, RewardConfig, RewardSpec
+from vprl.train.evaluation.modes import _prediction
+from vprl.train.evaluation.pipeline import prediction_row
+from vprl.train.rollouts.log import RolloutLog
+from vprl.train.rollouts.scorer import ScoredBatch
+from vprl.train.view import ViewOptions, build_view
+from vprl.train.view.eval_data import _card as eval_card
+from vprl.train.view.traces import call_marks, cut_short
 
 
 def page_data(page: Path) -> dict:

@@ -221,7 +221,7 @@ class UnitTestReward:
         self, examples: Sequence[Example], results: Sequence[ExecutionResult], programs: Sequence[str]
     ) -> tuple[list[float | None], list[list[dict[str, Any]]]]:
         """The values and, per program, its tests' outcomes (`TestOutcome.to_json()` rows): what the
-        run viewer shows of the label-free reward (`rewards.protocol.DetailedRewardFn`)."""
+        run viewer shows of the label-free reward (`vprl.rewards.protocol.DetailedRewardFn`)."""
         # The real example's execution result is not needed: the tests are the evidence.
         reports = self.evaluate([e.query for e in examples], programs)
         return [r.value for r in reports], [[o.to_json() for o in r.outcomes] for r in reports]

@@ -119,7 +119,7 @@ def detections(result: str) -> tuple[list[list[Any]], bool]:
 
 
 def cut_short(result: str) -> bool:
-    """Whether the trace cut this result short. `executor.results.short_result` ends a result it cut
+    """Whether the trace cut this result short. `vprl.executor.results.short_result` ends a result it cut
     with "..." in the middle of its JSON, so what is left does not parse; a whole result never ends
     so (a string's own dots come before its closing quote), nor does a tool failure ("ToolError: ...",
     cut without the dots)."""
