@@ -141,7 +141,10 @@ def test_identical_programs_run_once_and_fan_out(tmp_path):
     pairs = [(examples[0], same[i % 3]) for i in range(8)] + [(examples[1], NORMAL[0])]
     with SyncRunner(host, RunnerConfig(slots=2, timeout_s=2.0)) as runner:
         results = runner.run(pairs)
-    assert len(results) == 9 and len({id(r) for r in results[:8]}) == 1
+    # One run fans out: every copy carries its result (each with the trace lines of its own text,
+    # which is why they are not one object), and the tools were called once per example.
+    assert len(results) == 9 and len({(r.program_key, r.status, r.answer) for r in results[:8]}) == 1
+    assert [[c.line for c in r.tool_calls] for r in results[:3]] == [[c.line for c in results[0].tool_calls]] * 3
     assert results[0].answer == "black" and results[8].answer == "orange"
     assert host.metrics()["calls"] == 4  # detect + vqa, once per example
     host.close()
