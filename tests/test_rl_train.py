@@ -142,8 +142,8 @@ def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, a
     assert Counter(r.step for r in RolloutLog.in_run(run).read()) == {1: 16, 2: 16}
     # offline wandb run inside the run folder, with the programs table of every step
     (offline,) = run.glob("wandb/offline-run-*")
-    tables = sorted(offline.glob("files/media/table/programs_*.table.json"))
-    assert len(tables) == 2
+    tables = sorted(offline.glob("files/media/table/programs/step_*.table.json"))
+    assert [p.name.split("_")[1] for p in tables] == ["1", "2"]  # named by the optimizer step
     table = json.loads(tables[0].read_text())
     assert "program" in table["columns"] and len(table["data"]) == 16
 
