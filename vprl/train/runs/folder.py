@@ -213,7 +213,10 @@ def read_config(run: str | Path) -> dict[str, Any]:
     path = Path(run) / CONFIG_FILE
     if not path.is_file():
         return {}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise RunFolderError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise RunFolderError(f"{path}: expected a mapping, got {type(data).__name__}")
     return data

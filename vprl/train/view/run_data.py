@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vprl.data.records import Example
 from vprl.train.rollouts.log import ROLLOUTS_FILE, RolloutRow
-from vprl.train.runs.folder import CONFIG_FILE
+from vprl.train.runs.folder import CONFIG_FILE, read_config
 from vprl.train.view.cards import EXCEPTIONS, make_card, right
 from vprl.train.view.images import Pictures
 
@@ -52,19 +50,6 @@ class RunData:
     eligible_groups: int  # those of the chosen steps, the sample is drawn from them
     components: list[str]
     notes: list[str] = field(default_factory=list)
-
-
-def run_config(run: Path) -> dict[str, Any]:
-    path = run / CONFIG_FILE
-    if not path.is_file():
-        return {}
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a mapping of recipe keys")
-    return config
 
 
 def run_examples(run: Path, config: dict[str, Any], dataset_root: str | None) -> dict[str, Example]:
@@ -198,7 +183,7 @@ def read_run(
     path = run / ROLLOUTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run}: no {ROLLOUTS_FILE} (not a run folder)")
-    config = run_config(run)
+    config = read_config(run)
     examples = run_examples(run, config, dataset_root) if use_examples else {}
     rows = scan(path, examples)
     if not rows:
