@@ -1,7 +1,7 @@
 """The transfer matrix as one command: train on A, on A+B, on the mixture, and label-free on the
 target; evaluate each on every task; a table and a heat map with intervals over seeds.
 
-    python bench/transfer.py [--seeds 0,1,2] [--max_steps 250] [--out runs/transfer] [--arms a,b,...]
+    python bench/transfer.py [--seeds 0,1,2] [--max_steps 250] [--out runs/transfer] [--arms a,b,...] [--jobs 2]
 
 Per seed: the tiny policy bootstrapped with weak image-text matching and grounding programs besides
 its VQA ones (`python -m vprl.train.bootstrap --tasks vqa itm grounding`, cached per seed); per arm, RL
@@ -48,6 +48,7 @@ ARMS = {
     "adapt_itm_anchored": REPO / "configs/transfer/adapt_itm_anchored.yaml",
 }
 DEFAULT_ARMS = "vqa,vqa_itm,mixture,adapt_itm,adapt_heldout"
+STAGES = ("policy", "train", "eval")
 EVAL_CONFIG = REPO / "configs/eval/transfer_matrix.yaml"
 # The policy every arm starts from: weak on image-text matching and grounding as on its weak VQA
 # families, with enough captions and referring expressions in its world to train on.
@@ -184,6 +185,14 @@ def main(argv: list[str] | None = None) -> dict:
         "--threads", type=int, default=1, help="torch CPU threads of RL (default 1: the tiny policy is fastest on one)"
     )
     parser.add_argument("--eval_world", default="", help='JSON sizes of the evaluation world, e.g. {"val": 40}')
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="bootstraps, RL runs and evaluations at once, each in its own process logging to <out>/logs "
+        "(default 1; each takes one CPU core at --threads 1)",
+    )
+    parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # one job of a --jobs call
     args = parser.parse_args(argv)
     pairs = [text.partition("=") for text in args.arm_args]
     if any(not sep or name not in ARMS for name, sep, _ in pairs):
@@ -196,6 +205,8 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--arms: unknown {unknown}; valid: {list(ARMS)}")
     if args.max_steps < 1:
         parser.error("--max_steps: must be a positive integer")
+    if args.jobs < 1:
+        parser.error("--jobs: must be a positive integer")
     world_seed = {**EVAL_WORLD, **json.loads(args.eval_world or "{}")}["seed"]
     if world_seed in seeds:
         parser.error(f"--seeds: {world_seed} is the evaluation world's seed; its items would be the training world's")
@@ -209,15 +220,25 @@ def main(argv: list[str] | None = None) -> dict:
     stale = [r for r in done if r["arm"] in arms and r["seed"] in seeds and r["recipe"] != stamp(r["arm"], args)]
     if stale:
         sys.exit(f"transfer: {[r['run_dir'] for r in stale]} were trained with another recipe; move them away first")
+    if args.jobs > 1 and not args.stage:
+        from bench.transfer_jobs import run_jobs
+
+        eval_world(args)  # once, before evaluations build it side by side
+        run_jobs(sys.argv[1:] if argv is None else argv, seeds, arms, args, trained=done)
+        done = read_jsonl(runs_file)
     evaluations = []
     for seed in seeds:
         policy = policy_for(seed, args)
+        if args.stage == "policy":
+            return {}
         mine = {r["arm"]: r for r in done if r["seed"] == seed and r["max_steps"] == args.max_steps}
         for arm in arms:
             if arm not in mine:
                 mine[arm] = train_arm(seed, arm, policy, args)
                 with open(runs_file, "a", encoding="utf-8") as f:
                     f.write(json.dumps(mine[arm]) + "\n")
+        if args.stage == "train":
+            return {}
         records = [mine[a] for a in arms]
         same = {"seed": seed, "arms": sorted(arms), "runs": sorted(r["run_dir"] for r in records)}
         wanted = settings_of(EVAL_CONFIG) + " " + args.eval_args
@@ -233,6 +254,8 @@ def main(argv: list[str] | None = None) -> dict:
         with open(evals_file, "a", encoding="utf-8") as f:
             f.write(json.dumps(evaluation) + "\n")
         evaluations.append(evaluation)
+    if args.stage:
+        return {}
     runs = [
         r
         for r in read_jsonl(runs_file)

@@ -1,6 +1,7 @@
 """`bench/transfer.py` end to end at a tiny size: two seeds, three arms (A, the mixture, label-free
-adaptation), two RL steps each, one evaluation per seed; the table, the heat map and the figures,
-whose before-RL cells must equal the evaluation's own headlines. A second call trains nothing."""
+adaptation), two RL steps each, one evaluation per seed, two jobs at once; the table, the heat map
+and the figures, whose before-RL cells must equal the evaluation's own headlines. A second call
+trains nothing."""
 
 import importlib.util
 import json
@@ -35,7 +36,7 @@ def measured(tmp_path_factory):
         "--seeds", "0,1", "--max_steps", "2", "--out", str(out), "--arms", "vqa,mixture,adapt_itm",
         "--bootstrap", BOOTSTRAP, "--rl_args", RL, "--arm_args", f"adapt_itm=--rewards '{ut}'",
         "--eval_world", json.dumps({"val": 12, "winoground": 2, "sugarcrepe": 1, "refcoco": 4}),
-        "--eval_args", "--max_new_tokens 32",
+        "--eval_args", "--max_new_tokens 32", "--jobs", "2",
     ]  # fmt: skip
     return out, argv, _bench().main(argv)
 
@@ -56,6 +57,9 @@ def test_the_matrix_has_a_cell_per_arm_and_task(measured):
     assert all(f"| {arm} |" in table for arm in summary["arms"]) and "Winoground group" in table
     assert (out / "transfer.png").stat().st_size > 10_000
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    jobs = {f"seed{s}_{stage}" for s in (0, 1) for stage in ("policy", "eval")}
+    jobs |= {f"seed{s}_train_{arm}" for s in (0, 1) for arm in summary["arms"]}
+    assert {log.stem for log in (out / "logs").iterdir()} == jobs
     assert sorted((r["seed"], r["arm"]) for r in runs) == sorted((s, a) for s in (0, 1) for a in summary["arms"])
     manifest = json.loads((out / "seed0" / "adapt_itm" / "manifest.json").read_text())
     assert manifest["dataset"]["labels"] is False and manifest["rewards"]["rewards"][0]["name"] == "unit_tests"
@@ -86,6 +90,15 @@ def test_a_second_call_trains_nothing(measured):
     again = _bench().main(argv)
     assert (out / "runs.jsonl").read_text() == lines and (out / "evaluations.jsonl").read_text() == evaluations
     assert again["gains"] == summary["gains"]
+
+
+def test_a_failed_job_names_its_log_and_records_nothing(measured):
+    out, argv, _ = measured
+    runs = (out / "runs.jsonl").read_text()
+    bad = [*argv, "--seeds", "0", "--arms", "vqa_itm", "--arm_args", "vqa_itm=--no_such_option 1"]
+    with pytest.raises(SystemExit, match=r"seed0_train_vqa_itm failed; the end of .*seed0_train_vqa_itm\.log") as e:
+        _bench().main(bad)
+    assert "no_such_option" in str(e.value) and (out / "runs.jsonl").read_text() == runs
 
 
 def test_the_matrix_policy_writes_weak_caption_and_grounding_programs(measured):
