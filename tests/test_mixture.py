@@ -262,3 +262,17 @@ def test_grpo_trains_on_a_mixture_and_records_it(tmp_path, world):
     rows = RolloutLog.in_run(run).read()
     assert rows and {r.prompt_hash for r in rows} <= set(hashes.values())
     assert {r.task for r in rows} <= {"vqa", "grounding"}
+    # metrics.jsonl: per step, what each entry's rollouts earned, counting exactly the rows recorded
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    logged = [m for m in metrics if "loss" in m]
+    assert [m["step"] for m in logged] == [1, 2]
+    assert {k.split("/")[1] for m in logged for k in m if k.startswith("task/")} == {"vqa", "ground"}
+    for m in logged:
+        for entry, task in (("vqa", "vqa"), ("ground", "grounding")):
+            mine = [r for r in rows if r.step == m["step"] and r.task == task]
+            assert m.get(f"task/{entry}/samples", 0) == len(mine)
+            if mine:
+                failed = sum(r.status != "ok" for r in mine) / len(mine)
+                totals = [r.total for r in mine if r.total is not None]  # masked programs are left out
+                assert m[f"task/{entry}/exception_rate"] == pytest.approx(failed)
+                assert m[f"task/{entry}/reward"] == pytest.approx(sum(totals) / len(totals))

@@ -46,9 +46,10 @@ def build_trainer(
         policy_name(cfg.policy),
         keep_traces=cfg.rewards.rollout_traces,
     )
+    examples = {p.example.id: p.example for p in prompted}
     adapter = TrlRewardAdapter(
         ProgramScorer(runner, composer),
-        {p.example.id: p.example for p in prompted},
+        examples,
         completion_to_program,
         [spec.name for spec in composer.config.rewards],
         on_batch=recorder.on_batch,
@@ -67,7 +68,7 @@ def build_trainer(
         peft_config=peft_config,
         callbacks=[
             recorder,
-            MetricsRecorder(runs.MetricsLog(run_dir)),
+            MetricsRecorder(runs.MetricsLog(run_dir), recorder, examples),  # per-task rows
             ProgramTable(
                 recorder, cfg.rewards.program_table_steps, images={p.example.id: p.example.image for p in prompted}
             ),
