@@ -59,13 +59,32 @@ BOOTSTRAP = "--tasks vqa itm grounding --world_winoground 60 --world_sugarcrepe 
 EVAL_WORLD = {"seed": 1001, "val": 320, "winoground": 40, "sugarcrepe": 8, "refcoco": 50}
 
 
-def policy_for(seed: int, args: argparse.Namespace) -> Path:
-    from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
+def policy_config(seed: int, args: argparse.Namespace):
+    from vprl.train.bootstrap.fit import BootstrapConfig
     from vprl.train.recipe.parsing import parse_config
 
     out = Path(args.out) / f"policy_seed{seed}"
     (cfg,) = parse_config([BootstrapConfig], ["--out", str(out), "--seed", str(seed), *shlex.split(args.bootstrap)])
-    return ensure_tiny_policy(cfg)
+    return cfg
+
+
+def policy_for(seed: int, args: argparse.Namespace) -> Path:
+    from vprl.train.bootstrap.fit import ensure_tiny_policy
+
+    return ensure_tiny_policy(policy_config(seed, args))
+
+
+def recorded_evaluation(seed: int, arms: list[str], args: argparse.Namespace) -> dict | None:
+    """The evaluation of these very runs (the seed's arms) under this evaluation config, if an
+    earlier call made it."""
+    same = {"seed": seed, "arms": sorted(arms), "runs": sorted(str(Path(args.out) / f"seed{seed}" / a) for a in arms)}
+    wanted = settings_of(EVAL_CONFIG) + " " + args.eval_args
+    found = [
+        e
+        for e in read_jsonl(Path(args.out) / "evaluations.jsonl")
+        if all(e.get(k) == v for k, v in same.items()) and e["eval_config"] == wanted
+    ]
+    return found[-1] if found else None
 
 
 def eval_world(args: argparse.Namespace) -> Path:
@@ -240,15 +259,9 @@ def main(argv: list[str] | None = None) -> dict:
         if args.stage == "train":
             return {}
         records = [mine[a] for a in arms]
-        same = {"seed": seed, "arms": sorted(arms), "runs": sorted(r["run_dir"] for r in records)}
-        wanted = settings_of(EVAL_CONFIG) + " " + args.eval_args
-        found = [
-            e
-            for e in read_jsonl(evals_file)
-            if all(e.get(k) == v for k, v in same.items()) and e["eval_config"] == wanted
-        ]
-        if found:  # these very runs, evaluated under this evaluation config by an earlier call
-            evaluations.append(found[-1])
+        found = recorded_evaluation(seed, arms, args)
+        if found:
+            evaluations.append(found)
             continue
         evaluation = evaluate_seed(seed, policy, records, args)
         with open(evals_file, "a", encoding="utf-8") as f:

@@ -30,22 +30,30 @@ class Job:
         return f"seed{self.seed}_{self.stage}" + (f"_{self.arms[0]}" if self.stage == "train" else "")
 
 
-def plan(seeds: list[int], arms: list[str], max_steps: int, trained: list[dict]) -> list[Job]:
-    """Per seed: its policy, then every arm not yet trained at these steps, then its evaluation (a
-    child that finds the evaluation recorded returns at once)."""
+def plan(seeds: list[int], arms: list[str], args: argparse.Namespace, trained: list[dict]) -> list[Job]:
+    """Per seed: its policy unless cached, then every arm not yet trained at these steps, then its
+    evaluation unless these runs were evaluated under this config already."""
+    from bench.transfer import policy_config, recorded_evaluation
+    from vprl.train.bootstrap.fit import cached
+
     jobs = []
     for seed in seeds:
-        policy = Job("policy", seed, arms)
-        done = {r["arm"] for r in trained if r["seed"] == seed and r["max_steps"] == max_steps}
-        runs = [Job("train", seed, [arm], after=[policy]) for arm in arms if arm not in done]
-        jobs += [policy, *runs, Job("eval", seed, arms, after=[policy, *runs])]
+        policy = [] if cached(policy_config(seed, args)) else [Job("policy", seed, arms)]
+        done = {r["arm"] for r in trained if r["seed"] == seed and r["max_steps"] == args.max_steps}
+        runs = [Job("train", seed, [arm], after=policy) for arm in arms if arm not in done]
+        evaluation = (
+            []
+            if not runs and recorded_evaluation(seed, arms, args)
+            else [Job("eval", seed, arms, after=policy + runs)]
+        )
+        jobs += [*policy, *runs, *evaluation]
     return jobs
 
 
 def run_jobs(argv: list[str], seeds: list[int], arms: list[str], args: argparse.Namespace, trained: list[dict]):
     logs = Path(args.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    waiting, running, finished = plan(seeds, arms, args.max_steps, trained), [], set()
+    waiting, running, finished = plan(seeds, arms, args, trained), [], set()
     failed = None
     while (waiting and failed is None) or running:
         for job in [j for j in running if j.process.poll() is not None]:

@@ -87,8 +87,10 @@ def test_a_second_call_trains_nothing(measured):
     out, argv, summary = measured
     lines = (out / "runs.jsonl").read_text()
     evaluations = (out / "evaluations.jsonl").read_text()
+    logs = {log.name: log.stat().st_mtime_ns for log in (out / "logs").iterdir()}
     again = _bench().main(argv)
     assert (out / "runs.jsonl").read_text() == lines and (out / "evaluations.jsonl").read_text() == evaluations
+    assert {log.name: log.stat().st_mtime_ns for log in (out / "logs").iterdir()} == logs  # no job started
     assert again["gains"] == summary["gains"]
 
 
