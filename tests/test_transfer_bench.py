@@ -15,6 +15,9 @@ BOOTSTRAP = (
     "--world_train 40 --world_val 10 --copies 1 --max_steps 20 --batch_size 16 --vocab_size 400 --hidden_size 32 "
     "--num_layers 1 --num_heads 2 --intermediate_size 64 --context 256 --eval_val 0 --eval_heldout 0 --threads 1"
 )
+# The tiny matrix takes about 3 minutes on 2 cores (its fixture: 2 seeds x 3 arms, 2 jobs): in the slow
+# tests (`make test PYTEST_ARGS="-m slow"`) to keep CI under 25 minutes.
+SLOW = pytest.mark.slow
 RL = (
     "--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 32 --save_steps 2 "
     "--report_to none --lora_r 4 --lora_alpha 8"
@@ -41,6 +44,7 @@ def measured(tmp_path_factory):
     return out, argv, _bench().main(argv)
 
 
+@SLOW
 def test_the_matrix_has_a_cell_per_arm_and_task(measured):
     out, _, summary = measured
     assert summary["seeds"] == [0, 1] and summary["arms"] == ["vqa", "mixture", "adapt_itm"]
@@ -65,6 +69,7 @@ def test_the_matrix_has_a_cell_per_arm_and_task(measured):
     assert manifest["dataset"]["labels"] is False and manifest["rewards"]["rewards"][0]["name"] == "unit_tests"
 
 
+@SLOW
 def test_before_rl_cells_are_the_evaluations_headlines(measured):
     from vprl.train.evaluation.metrics import DatasetMetrics, headline_value
 
@@ -83,6 +88,7 @@ def test_before_rl_cells_are_the_evaluations_headlines(measured):
     assert summary["accuracy"]["before_rl"] == pytest.approx(mean)
 
 
+@SLOW
 def test_a_second_call_trains_nothing(measured):
     out, argv, summary = measured
     lines = (out / "runs.jsonl").read_text()
@@ -94,6 +100,7 @@ def test_a_second_call_trains_nothing(measured):
     assert again["gains"] == summary["gains"]
 
 
+@SLOW
 def test_a_failed_job_names_its_log_and_records_nothing(measured):
     out, argv, _ = measured
     runs = (out / "runs.jsonl").read_text()
@@ -103,6 +110,7 @@ def test_a_failed_job_names_its_log_and_records_nothing(measured):
     assert "no_such_option" in str(e.value) and (out / "runs.jsonl").read_text() == runs
 
 
+@SLOW
 def test_the_matrix_policy_writes_weak_caption_and_grounding_programs(measured):
     out, _, _ = measured
     summary = json.loads((out / "policy_seed0" / "bootstrap.json").read_text())
