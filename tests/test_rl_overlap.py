@@ -153,3 +153,27 @@ def test_untaken_prefetches_are_bounded(loop, caplog):
 
 async def _prefetch_from_the_loop(adapter, loop):
     adapter.prefetch(PROMPTS, ["a", "b", "c"], IDS, loop)
+
+
+def test_item5_rewards_used_as_a_subset_release_their_batches(loop):
+    """#37 item 5: a trl script passing some of the functions (`funcs[:-1]`) must not keep every
+    batch it scored; the full set, as before, releases each batch once every function took it."""
+    full_scorer = _SlowScorer()
+    full = _adapter(full_scorer, [])
+    subset_scorer = _SlowScorer()
+    subset = _adapter(subset_scorer, [])
+    kept = []
+    for i in range(200):
+        completions = [f"x{i}", "good", "bad" if i % 2 else "good"]
+        kwargs = {"example_id": IDS}
+
+        async def gather(adapter, funcs, completions=completions, kwargs=kwargs):
+            return await asyncio.gather(*[f(prompts=PROMPTS, completions=completions, **kwargs) for f in funcs])
+
+        expected = asyncio.run_coroutine_threadsafe(gather(full, full.reward_funcs), loop).result(timeout=10)
+        got = asyncio.run_coroutine_threadsafe(gather(subset, subset.reward_funcs[:1]), loop).result(timeout=10)
+        assert got == expected[:1], i
+        assert not full._batches, i  # the full set releases each batch at once
+        kept.append(len(subset._batches))
+    assert max(kept) <= 1 and kept[-1] == 0  # learned after the first batches: released at its last use
+    assert len(subset_scorer.calls) == len(full_scorer.calls) == 200  # each batch scored once, never again

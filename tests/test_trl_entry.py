@@ -246,3 +246,24 @@ def test_tool_stacks_resolve_by_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "viunit").write_text(yaml.safe_dump({"backend": "shapes"}))
     assert stack.read_tool_stack("viunit")["backend"] == "shapes"
+
+
+def test_item5_program_rewards_used_as_a_subset_keep_a_bounded_number_of_batches(world):
+    examples, texts = _completions(world)
+    prompts = list(trl_dataset(examples, layout="bare")["prompt"])
+    column = [json.dumps(ex.to_json(), sort_keys=True) for ex in examples]
+    with program_rewards({"correctness": 1.0, "executes": 0.25}, runner=RUNNER) as rewards:
+        kept = []
+        for i in range(6):
+            batch = [t + f"\n    # {i}\n" for t in texts]  # another batch each time, the same programs
+            full = _call(rewards, prompts, batch, examples)
+
+            async def subset(batch=batch):
+                funcs = rewards.funcs[:-1]  # without failure_penalty
+                return await asyncio.gather(
+                    *[f(prompts=prompts, completions=batch, **{EXAMPLE_COLUMN: column}) for f in funcs]
+                )
+
+            assert asyncio.run(subset()) == full[:-1], i
+            kept.append(len(rewards.adapter._batches))
+    assert max(kept) <= 2, kept

@@ -34,7 +34,7 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vprl.data.records import Example
@@ -104,13 +104,13 @@ class _Executed:
 @dataclass
 class _Batch:
     """One batch on trl's loop: its scoring task and, once the reward functions arrive, the task
-    that reports it (once) and how many reward functions have yet to take it."""
+    that reports it (once) and the reward functions that took it."""
 
     scoring: asyncio.Future
     started: float
     prefetched: bool
     report: asyncio.Future | None = None
-    consumers_left: int = 0
+    taken_by: set[str] = field(default_factory=set)
 
 
 class TrlRewardAdapter:
@@ -139,6 +139,9 @@ class TrlRewardAdapter:
         # Touched only from the loop the reward functions run on (trl's): no lock needed.
         self._batches: OrderedDict[tuple, _Batch] = OrderedDict()
         self._dropped: set[asyncio.Future] = set()  # dropped prefetches still running (kept referenced)
+        # The functions the trainer was seen to use (None until a batch was released by the next one's
+        # arrival): a script may pass only some of `reward_funcs`, so waiting for all would keep every batch.
+        self._in_use: set[str] | None = None
 
     @property
     def reward_funcs(self) -> list[Callable[..., Any]]:
@@ -194,13 +197,13 @@ class TrlRewardAdapter:
 
     def _make(self, name: str, pick: Callable[[Scored, int], float | None]) -> Callable[..., Any]:
         async def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float | None]:
-            scored = await self._shared(prompts, completions, kwargs)
+            scored = await self._shared(name, prompts, completions, kwargs)
             return [pick(scored, i) for i in range(len(completions))]
 
         reward.__name__ = reward.__qualname__ = name
         return reward
 
-    async def _shared(self, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any]) -> Scored:
+    async def _shared(self, name: str, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any]) -> Scored:
         # trl calls every reward function of one batch with the same prompts, completions and columns.
         if self.id_column not in kwargs:
             raise ValueError(f"the training dataset needs an {self.id_column!r} column naming each example")
@@ -216,12 +219,24 @@ class TrlRewardAdapter:
             batch = _Batch(asyncio.ensure_future(self._execute(prompt_texts, texts, ids)), now, prefetched=False)
             self._batches[key] = batch
         if batch.report is None:  # the first reward function of this batch
-            batch.consumers_left = len(self.reward_weights)  # one per reward function, whatever the set
+            self._release_taken()
             batch.report = asyncio.ensure_future(self._report(batch, now, prompt_texts, texts, kwargs))
-        batch.consumers_left -= 1
-        if batch.consumers_left == 0:
+        batch.taken_by.add(name)
+        if self._in_use is not None:
+            self._in_use.add(name)
+        if len(batch.taken_by) == len(self.reward_weights) or (
+            self._in_use is not None and batch.taken_by >= self._in_use
+        ):
             del self._batches[key]
         return await batch.report
+
+    def _release_taken(self) -> None:
+        """A new batch reached the reward functions, so the trainer is done with the batches they
+        took before (trl asks for one batch's rewards at a time): release them, and learn from who
+        took them which functions are in use, so that later batches go as soon as those took them."""
+        for key in [k for k, b in self._batches.items() if b.report is not None]:
+            taken = self._batches.pop(key).taken_by
+            self._in_use = taken if self._in_use is None else self._in_use | taken
 
     async def _execute(self, prompt_texts: list[str], texts: list[str], ids: list[str]) -> _Executed:
         try:
