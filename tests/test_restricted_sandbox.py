@@ -12,6 +12,7 @@ import threading
 
 import pytest
 from test_sandbox import CANARY, make_world
+from test_seccomp import SIGNAL_OWNER_DENIED, signal_owner_calls
 
 from vprl.executor.runner import RunnerConfig, SyncRunner
 from vprl.executor.sandbox import landlock, probe, restricted, restricted_filter, seccomp, syscalls
@@ -67,6 +68,24 @@ def test_the_filters_deny_what_the_namespaces_held_and_allow_the_program_itself(
     assert out["unreviewed"] == errno.ENOSYS
     assert [out[n] for n in ("kill_self", "kill_own_group", "prlimit_self", "get_pdeathsig")] == [-1000] * 4
     assert out["open_read"] is True and out["thread"] == [1]
+
+
+def test_item_1_restricted_filters_deny_every_signal_owner():
+    """#37 item 1: without a pid namespace the program sees real pids, so an I/O signal owner is
+    the one way left past the pid filter's `kill` rules: F_SETOWN and kin are refused."""
+    rules = seccomp.Program(restricted_filter.build_rules_bpf())
+    numbers = restricted_filter.pid_numbers()
+
+    def checks() -> dict:
+        syscalls.set_no_new_privs()
+        rules.load()
+        seccomp.Program(restricted_filter.pid_filter(os.getpid(), numbers)).load()
+        return signal_owner_calls()
+
+    out = probe.in_forked_child(checks)
+    assert "_error" not in out, out
+    assert {name: out[name] for name in SIGNAL_OWNER_DENIED} == dict.fromkeys(SIGNAL_OWNER_DENIED, errno.EPERM)
+    assert out["f_setfl_nonblock"] <= -1000 and out["f_getown"] <= -1000 and out["f_dupfd"] is True
 
 
 def test_landlock_walls_off_files_but_not_their_names(tmp_path):

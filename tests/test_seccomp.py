@@ -166,3 +166,59 @@ def test_both_spawns_load_the_filter(tmp_path, spawn):
             [(examples[0], LEAVE_KEY.format(**numbers)), (examples[0], FIND_KEY.format(**numbers) + "# 2\n")]
         )
     assert [(r.status, r.answer) for r in results] == [("ok", errno.EPERM), ("ok", [7, errno.EPERM])], results
+
+
+# fcntl commands and ioctls that name the process a descriptor's I/O signal goes to (fcntl(2),
+# ioctl_list(2)): with O_ASYNC set, a write to the descriptor sends that signal to any pid or group.
+F_SETFL, F_SETOWN, F_SETSIG, F_SETOWN_EX, F_GETOWN = 4, 8, 10, 15, 9
+FIOASYNC, FIOSETOWN, SIOCSPGRP = 0x5452, 0x8901, 0x8902
+
+
+def signal_owner_calls() -> dict:
+    """In a filtered child: every way of making a pipe signal someone, each call's errno (or <= -1000
+    where it went through), plus the calls a program legitimately makes on descriptors."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def errno_of(result: int) -> int:
+        return ctypes.get_errno() if result == -1 else -1000 - result
+
+    read_end, _ = os.pipe()
+    one = ctypes.byref(ctypes.c_int(1))
+    owner_ex = ctypes.create_string_buffer(struct.pack("=ii", 2, os.getppid()))  # F_OWNER_PGRP
+    flags = libc.fcntl(read_end, 3)  # F_GETFL
+    return {
+        "f_setown": errno_of(libc.fcntl(read_end, F_SETOWN, os.getppid())),
+        "f_setown_high_bit": errno_of(
+            libc.syscall(seccomp.syscall_number("fcntl"), read_end, ctypes.c_ulong((1 << 32) | F_SETOWN), os.getppid())
+        ),  # fmt: skip
+        "f_setown_ex": errno_of(libc.fcntl(read_end, F_SETOWN_EX, owner_ex)),
+        "f_setsig": errno_of(libc.fcntl(read_end, F_SETSIG, 9)),
+        "f_setfl_async": errno_of(libc.fcntl(read_end, F_SETFL, flags | os.O_ASYNC)),
+        "fioasync": errno_of(libc.ioctl(read_end, FIOASYNC, one)),
+        "fiosetown": errno_of(libc.ioctl(read_end, FIOSETOWN, one)),
+        "siocspgrp": errno_of(libc.ioctl(read_end, SIOCSPGRP, one)),
+        # Still allowed: non-blocking mode, reading the owner, duplicating a descriptor.
+        "f_setfl_nonblock": errno_of(libc.fcntl(read_end, F_SETFL, flags | os.O_NONBLOCK)),
+        "f_getown": errno_of(libc.fcntl(read_end, F_GETOWN, 0)),
+        "f_dupfd": errno_of(libc.fcntl(read_end, 0, 10)) <= -1000,
+    }
+
+
+SIGNAL_OWNER_DENIED = ("f_setown", "f_setown_high_bit", "f_setown_ex", "f_setsig", "f_setfl_async")
+SIGNAL_OWNER_DENIED += ("fioasync", "fiosetown", "siocspgrp")
+
+
+def test_item_1_filter_denies_every_signal_owner(bpf):
+    """#37 item 1: the full filter refuses F_SETOWN / F_SETOWN_EX / F_SETSIG / O_ASYNC and the
+    ioctl equivalents, so no descriptor can be made to signal a process outside the program."""
+    program = seccomp.Program(bpf)
+
+    def checks() -> dict:
+        syscalls.set_no_new_privs()
+        program.load()
+        return signal_owner_calls()
+
+    out = probe.in_forked_child(checks)
+    assert "_error" not in out, out
+    assert {name: out[name] for name in SIGNAL_OWNER_DENIED} == dict.fromkeys(SIGNAL_OWNER_DENIED, errno.EPERM)
+    assert out["f_setfl_nonblock"] <= -1000 and out["f_getown"] <= -1000 and out["f_dupfd"] is True

@@ -58,16 +58,22 @@ CLONE_NAMESPACE_FLAGS = (
 AF_UNIX = 1
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
+# What makes a descriptor send "I/O is possible" signals, and to whom (fcntl(2), ioctl_list(2)).
+F_SETFL, F_SETOWN, F_SETSIG, F_SETOWN_EX = 4, 8, 10, 15
+FIOASYNC, FIOSETOWN, SIOCSPGRP = 0x5452, 0x8901, 0x8902
+O_ASYNC = 0o20000
 LOW_32 = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
 class Rule:
-    """Deny `syscall` with `errno`, always or only `when` (argument index, SCMP_CMP_* op, datum a, datum b)."""
+    """Deny `syscall` with `errno`, always or only `when` (argument index, SCMP_CMP_* op, datum a,
+    datum b), and `also` when a second argument matches too (both must hold)."""
 
     syscall: str
     errno: int = errno.EPERM
     when: tuple[int, int, int, int] | None = None
+    also: tuple[int, int, int, int] | None = None
 
 
 def _bits_set(arg: int, bits: int) -> tuple[int, int, int, int]:
@@ -115,6 +121,14 @@ DENYLIST: tuple[Rule, ...] = (
     # Pushing characters into a terminal's input (TIOCSTI) or reading the console (TIOCLINUX).
     Rule("ioctl", when=_low_32_equal(1, TIOCSTI)),
     Rule("ioctl", when=_low_32_equal(1, TIOCLINUX)),
+    # Naming a signal owner for a descriptor: a program makes a pipe, names any pid or process group
+    # its owner, sets SIGKILL as its I/O signal, turns on O_ASYNC and writes one byte; the kernel
+    # then sends the signal with the program's credentials, past every `kill` rule. The pid
+    # namespace hides outside pids in the full mode; the restricted mode has none, so every way in
+    # is closed in both. fcntl64 exists only on 32-bit ABIs, which the filter kills outright.
+    *(Rule("fcntl", when=_low_32_equal(1, command)) for command in (F_SETOWN, F_SETOWN_EX, F_SETSIG)),
+    Rule("fcntl", when=_low_32_equal(1, F_SETFL), also=_bits_set(2, O_ASYNC)),
+    *(Rule("ioctl", when=_low_32_equal(1, command)) for command in (FIOASYNC, FIOSETOWN, SIOCSPGRP)),
     # Sockets other than AF_UNIX: the empty network namespace has no route, but some families are
     # not namespaced at all (AF_VSOCK reaches the VM host) and netlink/packet sockets are attack surface.
     Rule("socket", when=(0, SCMP_CMP_NE, AF_UNIX, 0)),
@@ -199,10 +213,11 @@ def build_bpf(rules: tuple[Rule, ...] | None = None) -> bytes:
             _ok(rc, "attr_set(CTL_OPTIMIZE)")
         for rule in rules:
             number = syscall_number(rule.syscall)
-            conditions = (_ArgCmp * 1)(_ArgCmp(*rule.when)) if rule.when else None
+            checks = [check for check in (rule.when, rule.also) if check is not None]
+            conditions = (_ArgCmp * len(checks))(*(_ArgCmp(*check) for check in checks)) if checks else None
             action = 0x00050000 | (rule.errno & 0xFFFF)  # SCMP_ACT_ERRNO(errno)
             _ok(
-                lib.seccomp_rule_add_array(ctx, action, number, 1 if conditions else 0, conditions),
+                lib.seccomp_rule_add_array(ctx, action, number, len(checks), conditions),
                 f"rule_add({rule.syscall})",
             )
         # 2.5.x exports only to a descriptor (seccomp_export_bpf_mem came in 2.6).
