@@ -271,3 +271,11 @@ def test_sandbox_none_runs_in_process_with_a_warning(world):
         results = r.run([(examples[0], NORMAL[0]), (examples[0], "def execute_command(image):\n    return 1/0\n")])
     assert [x.status for x in results] == ["ok", "runtime_error"]
     assert results[0].answer == "black" and len(results[0].tool_calls) == 2
+
+
+def test_item_1_supervisor_has_a_session_of_its_own(runner):
+    """#37 item 1: a program that reaches the supervisor's process group (or session) must find
+    only the supervisor there, never the trainer that started it."""
+    supervisor = runner.runner.supervisor.proc.pid
+    assert os.getpgid(supervisor) == supervisor and os.getsid(supervisor) == supervisor
+    assert os.getpgid(supervisor) != os.getpgrp()

@@ -66,6 +66,10 @@ class SupervisorConnection:
                 env=CLEAN_ENV,
                 cwd="/",
                 stdin=subprocess.DEVNULL,
+                # A session (and process group) of its own: a program that ever reached the
+                # supervisor's group must not take the trainer's with it. The supervisor still
+                # dies with the runner (PDEATHSIG), not with a terminal's Ctrl-C.
+                start_new_session=True,
             )
         finally:
             theirs.close()
