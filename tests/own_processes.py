@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from vprl.executor.sandbox.child import SANDBOX_UID_BASE
+from vprl.executor.sandbox.uids import SANDBOX_UID_BASE
 
 PR_SET_CHILD_SUBREAPER = 36
 

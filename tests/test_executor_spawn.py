@@ -15,7 +15,7 @@ from test_sandbox import CANARY, make_world
 
 from vprl.executor.runner import RunnerConfig, SyncRunner
 from vprl.executor.sandbox import syscalls
-from vprl.executor.sandbox.child import UIDS_PER_SLOT
+from vprl.executor.sandbox.uids import POOL_END
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def test_both_spawns_pass_the_canary(world, spawn):
     for result in results:
         assert result.status == "ok", result
         facts = result.answer
-        assert SANDBOX_UID_BASE <= facts["uid"] < SANDBOX_UID_BASE + 2 * UIDS_PER_SLOT
+        assert SANDBOX_UID_BASE <= facts["uid"] < POOL_END
         # "clone": the program is its namespace's init; "fork": PID 2, under an init of ours
         assert facts["pid"] == (1 if spawn == "clone" else 2)
         assert facts["root"] == [] and facts["env"] == [] and facts["fds"] == [0, 1, 2, 3, 4]
@@ -150,5 +150,5 @@ def test_a_fork_bomb_does_not_use_up_the_next_program_s_processes(world, spawn):
             first, second = runner.run([(examples[0], bomb + f"# {i}\n"), (examples[0], forks + f"# {i}\n")])
             assert first.status == "ok" and first.answer < 16, first
             assert second.status == "ok" and second.answer[0] == 15, second
-            assert SANDBOX_UID_BASE <= second.answer[1] < SANDBOX_UID_BASE + UIDS_PER_SLOT
+            assert SANDBOX_UID_BASE <= second.answer[1] < POOL_END
     assert _gone()

@@ -14,10 +14,10 @@ from PIL import Image
 from vprl.data.records import Example
 from vprl.executor.host import ToolHost
 from vprl.executor.runner import BatchRunner, RunnerConfig, SyncRunner
-from vprl.executor.sandbox import framing
-from vprl.executor.sandbox.child import UIDS_PER_SLOT
+from vprl.executor.sandbox import framing, uids
 from vprl.executor.sandbox.connection import SandboxUnavailable
 from vprl.executor.sandbox.probe import LAYERS, explain_missing, probe_layers
+from vprl.executor.sandbox.uids import POOL_END
 from vprl.executor.tools.images import ImageStore
 from vprl.executor.tools.oracle import OracleBackend
 
@@ -176,7 +176,7 @@ def test_canary_proves_isolation(runner, world):
     result = run_one(runner, examples[0], CANARY)
     assert result.status == "ok", result
     facts = result.answer
-    assert SANDBOX_UID_BASE <= facts["uid"] < SANDBOX_UID_BASE + 2 * UIDS_PER_SLOT
+    assert SANDBOX_UID_BASE <= facts["uid"] < POOL_END  # a range claimed from the machine's pool (uids.py)
     assert facts["pid"] == 1  # the init of a fresh pid namespace (spawn "clone", the default)
     assert facts["root"] == []  # empty chroot: no /etc, no /proc, no /dev/shm
     assert facts["env"] == []
@@ -279,3 +279,37 @@ def test_item_1_supervisor_has_a_session_of_its_own(runner):
     supervisor = runner.runner.supervisor.proc.pid
     assert os.getpgid(supervisor) == supervisor and os.getsid(supervisor) == supervisor
     assert os.getpgid(supervisor) != os.getpgrp()
+
+
+UID_ONLY = "def execute_command(image):\n    import os\n    return os.getuid() + 0 * {}\n"
+
+
+def test_item_1_two_executors_on_one_machine_never_share_a_uid(world):
+    """#37 item 1: two executors (two ranks) side by side run their programs under disjoint uids, so
+    neither can signal the other's programs nor eat into their RLIMIT_NPROC."""
+    host, examples = world
+    config = RunnerConfig(slots=2, timeout_s=2.0)
+    programs = [(examples[0], UID_ONLY.format(i)) for i in range(20)]  # more than a slot's 8 turns
+    with SyncRunner(host, config) as first, SyncRunner(host, config) as second:
+        seen = [{r.answer for r in runner.run(programs)} for runner in (first, second)]
+    assert all(len(got) > 2 and min(got) >= SANDBOX_UID_BASE and max(got) < POOL_END for got in seen), seen
+    assert not seen[0] & seen[1], seen
+
+
+def test_item_1_uid_ranges_are_claimed_until_released(tmp_path):
+    first, second = uids.Claim(2, (str(tmp_path),)), uids.Claim(3, (str(tmp_path),))
+    assert first.bases == [60000, 60008] and second.bases == [60016, 60024, 60032]
+    with pytest.raises(OSError, match=f"needs {uids.POOL_RANGES} uid ranges .* only {uids.POOL_RANGES - 5} of"):
+        uids.Claim(uids.POOL_RANGES, (str(tmp_path),))
+    first.release()  # as when its supervisor dies: the kernel drops the locks
+    assert uids.Claim(3, (str(tmp_path),)).bases == [60000, 60008, 60040]
+    with pytest.raises(ValueError, match="slots must be 1..124"):
+        uids.Claim(125, (str(tmp_path),))
+
+
+def test_item_1_uid_lock_folder_must_be_private(tmp_path):
+    folder = tmp_path / uids.LOCK_FOLDER
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)  # writable by anyone: anyone could hold every range
+    with pytest.raises(OSError, match=f"{folder} must be a folder owned by uid 0 and writable by nobody else"):
+        uids.Claim(1, (str(tmp_path),))

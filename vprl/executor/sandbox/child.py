@@ -42,11 +42,6 @@ from vprl.executor.tools.errors import ToolUnavailable
 if TYPE_CHECKING:
     from vprl.executor.sandbox.restricted import Plan
 
-SANDBOX_UID_BASE = 60000
-# Each slot takes its uids in turn from a range of its own: RLIMIT_NPROC counts a uid's processes
-# system-wide, so a program must not share its uid with the processes of the slot's previous
-# program, which may still be dying (a fork bomb's children) when the next one starts.
-UIDS_PER_SLOT = 8
 MAX_TASK = 256 << 20  # bytes of the task frame a spare receives (the supervisor's own cap on runner frames)
 
 # Captured before any program runs: a program may rebind `os._exit` for everyone in its process.
@@ -72,11 +67,6 @@ class Limits:
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Limits:
         return cls(**row)
-
-
-def sandbox_uid(slot: int, turn: int) -> int:
-    """The uid of a slot's `turn`-th sandbox."""
-    return SANDBOX_UID_BASE + slot * UIDS_PER_SLOT + turn % UIDS_PER_SLOT
 
 
 def start_sandbox(
@@ -150,7 +140,7 @@ def start_init(
 
     The sandbox is made before its program is known (a spare, see supervisor.py): it waits,
     still root but already chrooted and holding nothing of the supervisor's state,
-    for one task frame on its reply pipe; only then does it drop to its uid (`sandbox_uid`) and limits and
+    for one task frame on its reply pipe; only then does it drop to its uid (uids.py) and limits and
     say "ready".
 
     `getppid()` is 0 here (the supervisor is outside the pid namespace), so the "supervisor died

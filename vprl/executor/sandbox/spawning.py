@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vprl.executor.sandbox import framing, syscalls
-from vprl.executor.sandbox.child import sandbox_uid, start_init, start_restricted, start_sandbox
+from vprl.executor.sandbox.child import start_init, start_restricted, start_sandbox
+from vprl.executor.sandbox.uids import uid_of
 
 SPAWN_MODES = ("clone", "fork")  # see child.py for the two process trees
 WITH_SPARES = ("clone", "plain")  # "plain": the restricted mode's, a fork without namespaces
@@ -154,7 +155,7 @@ class Spawning:
     def _next_uid(self, slot: int) -> int:
         turn = self.uid_turns.get(slot, 0)
         self.uid_turns[slot] = turn + 1
-        return sandbox_uid(slot, turn)
+        return uid_of(self.uid_bases[slot], turn)
 
     def _adopt(self, task: Task, pid: int, child_fds, out_r: int, req_r: int, rep_w: int) -> None:
         for fd in child_fds:

@@ -46,8 +46,8 @@ from typing import Any  # noqa: E402
 
 from vprl.executor.limits import MAX_ERROR, MAX_NAME, MAX_SANDBOX_ERROR  # noqa: E402
 from vprl.executor.program import BadReturn, to_plain  # noqa: E402
-from vprl.executor.sandbox import framing, restricted, restricted_filter, seccomp, syscalls  # noqa: E402
-from vprl.executor.sandbox.child import UIDS_PER_SLOT, Limits  # noqa: E402
+from vprl.executor.sandbox import framing, restricted, restricted_filter, seccomp, syscalls, uids  # noqa: E402
+from vprl.executor.sandbox.child import Limits  # noqa: E402
 from vprl.executor.sandbox.ending import Ending  # noqa: E402
 from vprl.executor.sandbox.netns import SlotNetworks  # noqa: E402
 from vprl.executor.sandbox.outcome import clean, clean_text  # noqa: E402
@@ -68,12 +68,17 @@ ROOT_PREFIX = "vprl-sandbox-root-"  # + supervisor pid: an empty, read-only dire
 CHILD_STATUSES = frozenset({"ok", "syntax_error", "runtime_error", "bad_return", "memory_limit", "infra_error"})
 RPC_METHODS = frozenset({"call", "pixels", "register"})
 NETNS_PER_SLOT = 3
-MAX_SANDBOX_UIDS = 999  # sandbox uids are 60000 + [0, 999); the layer probe runs as 60000 + 999
 
 
 class Supervisor(Spawning, Ending):
     def __init__(
-        self, host_fd: int, slots: int, limits: Limits, spawn: str = "clone", plan: restricted.Plan | None = None
+        self,
+        host_fd: int,
+        slots: int,
+        limits: Limits,
+        spawn: str = "clone",
+        plan: restricted.Plan | None = None,
+        uid_bases: list[int] | None = None,
     ) -> None:
         if spawn not in SPAWN_MODES:
             raise ValueError(f"spawn must be one of {SPAWN_MODES}, got {spawn!r}")
@@ -92,11 +97,14 @@ class Supervisor(Spawning, Ending):
             self.free_netns = list(range(NETNS_PER_SLOT * slots))
         self.spares: dict[int, Task] = {}  # slot -> its spare
         self.spare_failures = 0
-        if slots * UIDS_PER_SLOT > MAX_SANDBOX_UIDS:
-            raise ValueError(f"at most {MAX_SANDBOX_UIDS // UIDS_PER_SLOT} slots (each takes {UIDS_PER_SLOT} uids)")
+        uids.check_slots(slots)
         self.n_slots = slots
         self.free_slots = list(range(slots))
-        self.uid_turns: dict[int, int] = {}  # slot -> sandboxes made for it so far (child.sandbox_uid)
+        # Each slot's uid range: claimed for this executor alone where sandboxes change uid (uids.py).
+        self.uid_bases = uid_bases if uid_bases is not None else uids.unclaimed(slots)
+        if len(self.uid_bases) != slots:
+            raise ValueError(f"{len(self.uid_bases)} uid ranges for {slots} slots")
+        self.uid_turns: dict[int, int] = {}  # slot -> sandboxes made for it so far (uids.uid_of)
         self.queue: deque[Task] = deque()
         self.tasks: dict[int, Task] = {}  # started, not yet reaped
         self.by_pid: dict[int, Task] = {}
@@ -325,6 +333,14 @@ def main(argv: list[str]) -> int:
         framing.send_blocking(host_fd, {"op": "fatal", "message": fatal})
         return 2
     slots, spawn = int(config["slots"]), str(config.get("spawn", "clone"))
+    claim = None
+    if layers["uid"] == "ok":  # sandboxes switch uid: to uids no other executor here uses
+        try:
+            claim = uids.Claim(slots)
+        except (OSError, ValueError) as exc:
+            framing.send_blocking(host_fd, {"op": "fatal", "message": str(exc)})
+            return 2
+    bases = claim.bases if claim is not None else None
     plan, notice = None, None
     if isolation == "restricted":
         plan = restricted.plan(layers)
@@ -333,12 +349,12 @@ def main(argv: list[str]) -> int:
     else:
         seccomp.arm(seccomp.build_bpf() if layers["seccomp"] == "ok" else None)  # loaded by every sandbox program
     try:
-        supervisor = Supervisor(host_fd, slots, limits, spawn, plan)
+        supervisor = Supervisor(host_fd, slots, limits, spawn, plan, bases)
     except OSError as exc:
         if spawn != "clone" or plan is not None:
             raise
         print(f"supervisor: spawn 'clone' is not available ({exc}); falling back to 'fork'", file=sys.stderr)
-        supervisor = Supervisor(host_fd, slots, limits, "fork")
+        supervisor = Supervisor(host_fd, slots, limits, "fork", uid_bases=bases)
     # Objects loaded so far are shared with every sandbox; frozen, the collector never walks (and so
     # never copies on write) their pages in a child.
     gc.freeze()
