@@ -181,7 +181,7 @@ def main() -> None:
             runners[mode] = stack.enter_context(
                 SyncRunner(ToolHost(build_backend(checked.tool_stack)), checked.runner)
             )
-        composers = {m: RewardComposer(checked.rewards, resources={"runner": runners[m]}) for m in modes}
+        composers = {m: checked.composer({"runner": runners[m]}) for m in modes}
         timed(RewardComposer, "__call__", "reward", totals)  # once: the class is shared by both modes
         for mode in modes:
             results[mode] = run_mode(configs[mode], prompted, composers[mode], runners[mode], out / mode, totals)

@@ -9,12 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from fixed_policy import build_fixed_policy
 from rl_tiny import RECIPE_BASE, build_policy
 
 from vprl.data.records import Example
 from vprl.executor.results import ExecutionResult
+from vprl.rewards.build import build_rewards
 from vprl.rewards.compose import RewardConfig, RewardSpec
-from vprl.train.recipe.mixture import ENTRY_META, entry_of, scoped_composer
+from vprl.train.recipe.mixture import ENTRY_META, entry_of
 from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.rl_config import parse_rl_config
 
@@ -196,7 +198,8 @@ def _example(i: int, entry: str, labelled: bool) -> Example:
 
 def test_a_scoped_reward_never_sees_the_other_entries():
     config = RewardConfig((RewardSpec("correctness"), RewardSpec("executes", 0.5)))
-    composer = scoped_composer(config, {"correctness": frozenset({"a"}), "executes": frozenset({"a", "b"})}, None)
+    scopes = {"correctness": frozenset({"a"}), "executes": frozenset({"a", "b"})}
+    composer = build_rewards(config, None, scopes, entry_of)
     examples = [_example(0, "a", True), _example(1, "b", False), _example(2, "a", True), _example(3, "b", False)]
     results = [ExecutionResult(f"x{i}", "k", "ok", a) for i, a in enumerate(("red", "red", "blue", "blue"))]
     batch = composer(examples, results, ["p"] * 4)  # correctness on a label-free example would raise
@@ -207,6 +210,33 @@ def test_a_scoped_reward_never_sees_the_other_entries():
         composer(
             [Example(id="y", dataset="gqa", task="vqa", query="q", image="i", answers=("a",))], results[:1], ["p"]
         )
+
+
+class _Evidence:
+    """A detailed reward: 1.0 per program, with one evidence row naming the example."""
+
+    def __call__(self, examples, results, programs):
+        return self.detailed(examples, results, programs)[0]
+
+    def detailed(self, examples, results, programs):
+        return [1.0] * len(examples), [[{"example": ex.id}] for ex in examples]
+
+
+def test_item1_a_scoped_reward_keeps_its_evidence():
+    from vprl.rewards.registry import register, reward_names
+
+    if "item1_evidence" not in reward_names():
+        register("item1_evidence", _Evidence)
+    config = RewardConfig((RewardSpec("item1_evidence"), RewardSpec("executes")))
+    scopes = {"item1_evidence": frozenset({"b"}), "executes": frozenset({"a", "b"})}
+    composer = build_rewards(config, None, scopes, entry_of)
+    examples = [_example(0, "a", True), _example(1, "b", False)]
+    results = [ExecutionResult(f"x{i}", "k", "ok", "red") for i in range(2)]
+    batch = composer(examples, results, ["p"] * 2)
+    assert batch.components["item1_evidence"] == [None, 1.0]
+    assert batch.details["item1_evidence"] == [[], [{"example": "x1"}]]  # the viewer's rows survive the scope
+    with pytest.raises(ValueError, match=r"rewards \['executes'\] have no scope"):
+        build_rewards(config, None, {"item1_evidence": frozenset({"b"})}, entry_of)
 
 
 def test_metrics_rows_hold_each_tasks_reward_and_accuracy(tmp_path):
@@ -276,3 +306,59 @@ def test_grpo_trains_on_a_mixture_and_records_it(tmp_path, world):
                 totals = [r.total for r in mine if r.total is not None]  # masked programs are left out
                 assert m[f"task/{entry}/exception_rate"] == pytest.approx(failed)
                 assert m[f"task/{entry}/reward"] == pytest.approx(sum(totals) / len(totals))
+
+
+def test_item1_per_entry_rewards_reach_the_trainer(tmp_path, world, monkeypatch):
+    """configs/transfer/adapt_itm_anchored.yaml's shape: correctness scores the labelled entry only,
+    a label-free reward the captions; what trl's reward functions hand the trainer, per entry, is
+    each entry's own rewards (a plain composer runs correctness on the captions and raises)."""
+    import vprl.train.online.run as online
+    from vprl.rewards.trl_adapter import TrlRewardAdapter
+    from vprl.train.rl import main
+
+    received: list[tuple[str, list[str], list[float | None]]] = []
+
+    class Recording(TrlRewardAdapter):
+        @property
+        def reward_funcs(self):
+            def recorded(fn):
+                async def reward(prompts, completions, **kwargs):
+                    values = await fn(prompts, completions, **kwargs)
+                    received.append((fn.__name__, list(kwargs[self.id_column]), list(values)))
+                    return values
+
+                reward.__name__ = fn.__name__
+                return reward
+
+            return [recorded(fn) for fn in super().reward_funcs]
+
+    monkeypatch.setattr(online, "TrlRewardAdapter", Recording)
+    # Every program is `return 'yes'`, whatever the CPU: it runs, and its correctness varies by question.
+    policy = build_fixed_policy(tmp_path / "policy", world)
+    entries = [
+        {**MIXTURE["datasets"][0], "rewards": ["correctness"]},
+        {**MIXTURE["datasets"][1], "weight": 0.5, "labels": False, "rewards": ["executes"]},
+    ]
+    values = dict(
+        rewards=["correctness", {"name": "executes", "weight": 0.5}],
+        dataset_mixture={**MIXTURE, "datasets": entries},
+        max_steps=2,
+        per_device_train_batch_size=16,
+    )
+    _, checked = _checked(tmp_path, world, policy, **values)
+    owner = {ex.id: entry_of(ex) for ex in checked.examples}
+    main(["--config", str(_recipe(tmp_path, dataset_root=str(world), model_name_or_path=str(policy), **values))])
+    by_name: dict[str, dict[str, list]] = {}
+    for name, ids, got in received:
+        for example_id, value in zip(ids, got, strict=True):
+            by_name.setdefault(name, {}).setdefault(owner[example_id], []).append(value)
+    assert set(by_name) == {"total", "correctness", "executes"}
+    assert sum(name == "total" for name, _, _ in received) == 2  # one batch per step
+    total, correctness, executes = by_name["total"], by_name["correctness"], by_name["executes"]
+    assert set(total) == {"vqa", "itm"}, "both entries were drawn"
+    # the labelled entry: correctness alone (executes is not named for it)
+    assert set(correctness["vqa"]) <= {0.0, 1.0} and set(executes["vqa"]) == {None}
+    assert total["vqa"] == correctness["vqa"]
+    # the captions: executes alone, at its weight; correctness says nothing there
+    assert set(correctness["itm"]) == {None} and set(executes["itm"]) == {1.0}
+    assert set(total["itm"]) == {0.5}

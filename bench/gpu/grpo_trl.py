@@ -81,7 +81,7 @@ def grpo_trl(ctx: Context) -> None:
     totals: dict[str, float] = defaultdict(float)
     timed(RewardComposer, "__call__", "reward", totals)
     with SyncRunner(ToolHost(backend), checked.runner) as runner:
-        composer = RewardComposer(checked.rewards, resources={"runner": runner})
+        composer = checked.composer({"runner": runner})
         per_step = run_mode(cfg, prompted, composer, runner, ctx.root / "trl_run", totals)
     for i, row in enumerate(per_step, 1):
         ctx.rec.write("grpo_trl", "step", n=f"{i}" + (" (warm-up)" if i == 1 and len(per_step) > 1 else ""),

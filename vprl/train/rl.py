@@ -26,7 +26,6 @@ from vprl.executor.backends import open_backend
 from vprl.executor.host import ToolHost
 from vprl.executor.runner import SyncRunner
 from vprl.executor.tools.devices import rank_device
-from vprl.rewards.compose import RewardComposer
 from vprl.train.prompts import prompt_hash
 from vprl.train.recipe.checks import Checked, validate
 from vprl.train.recipe.data import build_prompts
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> Path:
                     )
         state.wait_for_everyone()
         resources = {"runner": runner, "tool_host": host, "run_dir": str(run_dir)}
-        composer = RewardComposer(checked.rewards, resources=resources)
+        composer = checked.composer(resources)  # with the mixture's per-entry scopes
         if cfg.algorithm == "rest":
             from vprl.train.rest.run import train_rest
 

@@ -137,7 +137,8 @@ def stanic_from_config(argv: list[str], prog: str | None = None) -> tuple[AceRep
     from vprl.executor.backends import open_backend
     from vprl.executor.host import ToolHost
     from vprl.executor.runner import RunnerConfig, SyncRunner
-    from vprl.rewards.compose import RewardComposer, RewardConfig
+    from vprl.rewards.build import build_rewards
+    from vprl.rewards.compose import RewardConfig
     from vprl.train.policy.loading import check_policy, policy_name
     from vprl.train.recipe.checks import tool_stack
     from vprl.train.recipe.data import load_examples, prompt_configs
@@ -170,7 +171,7 @@ def stanic_from_config(argv: list[str], prog: str | None = None) -> tuple[AceRep
     # model, token or CUDA state).
     with SyncRunner(ToolHost(backend), runner_cfg) as runner:
         generator = stanic_generator(policy_args, args.batch_size)
-        scorer = ProgramScorer(runner, RewardComposer(RewardConfig.from_json({"rewards": args.rewards})))
+        scorer = ProgramScorer(runner, build_rewards(RewardConfig.from_json({"rewards": args.rewards})))
         report = stanic_aces(
             examples,
             generator,

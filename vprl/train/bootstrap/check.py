@@ -15,7 +15,8 @@ from vprl.data.shapes.tasks import scene_graph_files
 from vprl.executor.host import ToolHost
 from vprl.executor.runner import RunnerConfig, SyncRunner
 from vprl.executor.tools.stack import build_backend
-from vprl.rewards.compose import RewardComposer, RewardConfig
+from vprl.rewards.build import build_rewards
+from vprl.rewards.compose import RewardConfig
 from vprl.train.prompts import PromptConfig, PromptTemplate, completion_to_program
 from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.sampling.generator import policy_sampling, sampling_fields
@@ -88,7 +89,7 @@ def evaluate_policy(model, tokenizer, examples: list[Example], gold: dict[str, s
         jobs += [(e, completion_to_program(p, c)) for c in g + s] + [(e, gold[e.query])]
     backend = tool_backend(cfg.tools, root)
     with SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.slots, sandbox=cfg.sandbox)) as runner:
-        batch = ProgramScorer(runner, RewardComposer(RewardConfig())).score(
+        batch = ProgramScorer(runner, build_rewards(RewardConfig())).score(
             [j[0] for j in jobs], [j[1] for j in jobs], progress=True
         )
     scores = [c if c is not None else 0.0 for c in batch.rewards.components["correctness"]]

@@ -32,7 +32,8 @@ from vprl.executor.host import ToolHost
 from vprl.executor.runner import SyncRunner
 from vprl.executor.runner_config import RunnerConfig
 from vprl.executor.sandbox.child import Limits
-from vprl.rewards.compose import RewardComposer, RewardConfig, RewardSpec
+from vprl.rewards.build import build_rewards
+from vprl.rewards.compose import RewardConfig, RewardSpec
 from vprl.rewards.registry import check_reward_name
 from vprl.train.rollouts.scorer import ProgramScorer, ScoredBatch
 
@@ -199,7 +200,7 @@ class ScoringSession:
             resources: dict[str, Any] = {"runner": runner, "tool_host": host}
             if cfg.run_dir is not None:
                 resources["run_dir"] = cfg.run_dir
-            composer = RewardComposer(cfg.rewards, resources=resources)
+            composer = build_rewards(cfg.rewards, resources)
         except BaseException:
             runner.close()
             host.close()

@@ -14,14 +14,15 @@ from typing import Any
 from vprl.data.records import Example
 from vprl.executor.runner import RunnerConfig
 from vprl.executor.tools.stack import backend_class, read_tool_stack, stack_settings
-from vprl.rewards.compose import RewardConfig
+from vprl.rewards.build import build_rewards
+from vprl.rewards.compose import RewardComposer, RewardConfig
 from vprl.rewards.registry import check_reward_name
 from vprl.train.policy.loading import check_policy
 from vprl.train.prompts import PromptConfig
 from vprl.train.recipe.data import entry_args, load_examples, load_mixture, prompt_configs
 from vprl.train.recipe.layout import plan_layout, visible_gpus
 from vprl.train.recipe.mixture import KEY as MIXTURE_KEY
-from vprl.train.recipe.mixture import LoadedMixture, as_mixture, entry_prompts, reward_scopes, scoped_composer
+from vprl.train.recipe.mixture import LoadedMixture, as_mixture, entry_of, entry_prompts, reward_scopes
 from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.rl_config import RLConfig
 from vprl.train.recipe.sections import DataArgs, ExecutorArgs
@@ -49,9 +50,10 @@ class Checked:
     mixture: LoadedMixture | None = None
     reward_scopes: dict[str, frozenset[str]] | None = None
 
-    def composer(self, resources: dict[str, Any] | None = None) -> Any:
-        """The run's `RewardComposer`, each reward scoring only the mixture entries it is named for."""
-        return scoped_composer(self.rewards, self.reward_scopes, resources)
+    def composer(self, resources: dict[str, Any] | None = None) -> RewardComposer:
+        """The run's reward, each reward scoring only the mixture entries it is named for: what every
+        trainer and bench of a recipe scores with."""
+        return build_rewards(self.rewards, resources, self.reward_scopes, entry_of)
 
 
 def validate(cfg: RLConfig, check_layout: bool = True) -> Checked:

@@ -284,33 +284,3 @@ def reward_scopes(reward_names: Sequence[str], loaded: LoadedMixture, where: str
     if idle:
         raise ConfigError(f"{where}: rewards {idle} score no entry; drop them or name them in an entry's rewards")
     return {r: frozenset(s) for r, s in scopes.items()}
-
-
-def scoped_composer(config: Any, scopes: Mapping[str, frozenset[str]] | None, resources: Mapping[str, Any] | None):
-    """The recipe's `RewardComposer`; with `scopes`, each reward scores only its entries' examples
-    and says nothing (None) about the others, so the composer leaves its weight out of their totals."""
-    from vprl.rewards.compose import RewardComposer
-
-    composer = RewardComposer(config, resources=resources)
-    if scopes:
-        composer.functions = [(spec, _scoped(fn, spec.name, scopes[spec.name])) for spec, fn in composer.functions]
-    return composer
-
-
-def _scoped(fn: Any, name: str, entries: frozenset[str]) -> Any:
-    def score(examples: Sequence[Example], results: Sequence[Any], programs: Sequence[str]) -> list[float | None]:
-        owners = [entry_of(ex) for ex in examples]
-        stray = [ex.id for ex, o in zip(examples, owners, strict=True) if o is None]
-        if stray:
-            raise ValueError(f"reward {name!r} is scoped to mixture entries, but {stray[:3]} belong to none")
-        mine = [i for i, o in enumerate(owners) if o in entries]
-        out: list[float | None] = [None] * len(examples)
-        if mine:
-            values = fn([examples[i] for i in mine], [results[i] for i in mine], [programs[i] for i in mine])
-            if len(values) != len(mine):
-                raise ValueError(f"reward {name!r} returned {len(values)} values for {len(mine)} programs")
-            for i, v in zip(mine, values, strict=True):
-                out[i] = v
-        return out
-
-    return score
