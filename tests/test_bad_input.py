@@ -81,6 +81,22 @@ def _recipe(env):
     return str(env["root"] / "recipe.yaml")
 
 
+# #37 item 6: a weight this small once asked for an epoch of 10^8 rows (MemoryError, or OverflowError).
+TINY_WEIGHT = {
+    "datasets": [
+        {"name": "train", "dataset": "shapes", "tasks": ["train"], "weight": 1.0},
+        {"name": "val", "dataset": "shapes", "tasks": ["val"], "weight": 1e-7},
+    ]
+}
+
+
+def _tiny_weight_recipe(env) -> str:
+    data = yaml.safe_load((env["root"] / "recipe.yaml").read_text())
+    for key in ("dataset", "dataset_tasks"):  # a mixture names them per entry
+        data.pop(key, None)
+    return _write(env, "tiny_weight.yaml", yaml.safe_dump({**data, "dataset_mixture": TINY_WEIGHT}, sort_keys=False))
+
+
 # (case id, command: a module for `python -m` or a script path, argv built from the fixtures, a regex
 # the first line of stderr must match: the place of the bad value)
 CASES = [
@@ -157,6 +173,12 @@ CASES = [
         "vprl/train/rl.py",
         lambda e: ["--config", _recipe(e), "--dataset_root", "/no/such/world"],
         r"dataset_root.*/no/such/world",
+    ),
+    (
+        "rl-mixture-tiny-weight",
+        "vprl/train/rl.py",
+        lambda e: ["--config", _tiny_weight_recipe(e)],
+        r"dataset_mixture\.datasets\[1\] \(val\)\.weight: 1e-07 ",
     ),
     # the recipe's other commands
     (

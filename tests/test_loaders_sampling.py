@@ -176,3 +176,13 @@ def test_sugarcrepe_small_category_is_taken_whole(tmp_path):
                        "swap_att": 10, "swap_obj": 8}  # fmt: skip
     with pytest.raises(ValueError, match="train_fraction must be in"):
         sugarcrepe_splits(pool, train_fraction=0)
+
+
+@pytest.mark.parametrize("weight", [1e-7, 1e-320])
+def test_item6_a_tiny_mixture_weight_is_named_not_a_memory_error(weight):
+    from vprl.data.loaders.sampling import EpochTooLong, mixture_rows
+
+    with pytest.raises(EpochTooLong, match=r"needs an epoch of .* rows to draw each of its 30 examples once") as got:
+        mixture_rows([100, 30, 5], [1.0, weight, 0.5])
+    assert got.value.index == 1
+    assert mixture_rows([100, 30], [1.0, 0.25]) == [120, 30]  # a real weight is still an epoch

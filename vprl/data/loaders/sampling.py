@@ -206,10 +206,27 @@ def sugarcrepe_train_sample(examples: Sequence[Example], seed: int = 0, train_fr
     return sugarcrepe_splits(examples, seed, train_fraction=train_fraction)[0]
 
 
+# One epoch's rows are held as a list: past this many, a weight is a typo (1e-7 for 1e-1), not a plan,
+# and the list would take gigabytes before the first step.
+MAX_EPOCH_ROWS = 10_000_000
+
+
+class EpochTooLong(ValueError):
+    """Drawing every example of dataset `index` at its share needs an epoch of `length` rows."""
+
+    def __init__(self, index: int, share: float, size: int, length: float):
+        self.index, self.share, self.size, self.length = index, share, size, length
+        super().__init__(
+            f"its share of the draws, {share:.3g}, needs an epoch of {length:.3g} rows to draw each of its {size} "
+            f"examples once (at most {MAX_EPOCH_ROWS:,}); raise its weight or drop the dataset"
+        )
+
+
 def mixture_rows(sizes: Sequence[int], weights: Sequence[float]) -> list[int]:
     """Rows per dataset in one epoch of a weighted mixture: shares proportional to `weights`, and the
     epoch just long enough that every dataset fills at least its own size, so that every example is
-    drawn at least once per epoch and a small dataset with a large weight is repeated."""
+    drawn at least once per epoch and a small dataset with a large weight is repeated. An epoch past
+    `MAX_EPOCH_ROWS` raises `EpochTooLong` naming the dataset whose share asks for it."""
     if len(sizes) != len(weights) or not sizes:
         raise ValueError(f"mixture_rows: {len(sizes)} sizes for {len(weights)} weights")
     if any(n < 1 for n in sizes) or any(not (w > 0 and math.isfinite(w)) for w in weights):
@@ -218,7 +235,12 @@ def mixture_rows(sizes: Sequence[int], weights: Sequence[float]) -> list[int]:
         )
     total = sum(weights)
     shares = [w / total for w in weights]
-    length = max(math.ceil(n / s - 1e-9) for n, s in zip(sizes, shares, strict=True))
+    # A share that underflows to 0 asks for an endless epoch, as does one whose quotient overflows.
+    needed = [n / s if s > 0 else math.inf for n, s in zip(sizes, shares, strict=True)]
+    worst = max(range(len(sizes)), key=needed.__getitem__)
+    if needed[worst] > MAX_EPOCH_ROWS:
+        raise EpochTooLong(worst, shares[worst], sizes[worst], needed[worst])
+    length = max(math.ceil(x - 1e-9) for x in needed)
     return [max(n, round(s * length)) for n, s in zip(sizes, shares, strict=True)]
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vprl.data.loaders.sampling import EpochTooLong
 from vprl.data.records import Example
 from vprl.train.prompts import PromptConfig, PromptTemplate, encode_prompt, frame_prompt
 from vprl.train.recipe.mixture import KEY as MIXTURE_KEY
@@ -87,7 +88,13 @@ def load_mixture(args: DataArgs) -> LoadedMixture:
             loaded.append((entry, _one_dataset(entry_args(entry, args))))
         except ConfigError as exc:
             raise ConfigError(f"{MIXTURE_KEY}.datasets[{i}] ({entry.name}): {exc}") from None
-    return assemble(mixture, loaded, MIXTURE_KEY)
+    try:
+        return assemble(mixture, loaded, MIXTURE_KEY)
+    except EpochTooLong as exc:
+        entry = mixture.datasets[exc.index]
+        raise ConfigError(
+            f"{MIXTURE_KEY}.datasets[{exc.index}] ({entry.name}).weight: {entry.weight:g} is too small: {exc}"
+        ) from None
 
 
 def entry_args(entry: MixtureEntry, base: DataArgs) -> DataArgs:
