@@ -11,6 +11,7 @@ Where Chromium is missing, `find_chromium` says so; the tests skip outside CI an
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,22 @@ def find_chromium() -> str | None:
 
 def required_in_ci() -> bool:
     return bool(os.environ.get("VPRL_CI") or os.environ.get("CI"))
+
+
+@contextlib.contextmanager
+def browser_or_skip() -> Iterator[Browser]:
+    """A Browser for a test; where Chromium is missing the test skips, or fails in CI."""
+    import pytest
+
+    executable = find_chromium()
+    if executable is None:
+        if required_in_ci():
+            pytest.fail(
+                "Chromium is not installed, and CI must have it: the set-up installs it (apt-get install chromium)"
+            )
+        pytest.skip("Chromium is not installed (apt-get install chromium); with VPRL_CI=1 this is a failure")
+    with Browser(executable) as b:
+        yield b
 
 
 def _above_nine(fd: int) -> int:

@@ -84,4 +84,6 @@ def test_item4_a_file_over_the_cap_is_refused_before_it_is_read(tree):
     with pytest.raises(RefusedFile, match=r"big.png: 1,001 bytes, over the cap of 1,000"):
         open_image_file(run / "big.png", [run], max_bytes=1000)
     assert open_image_file(run / "big.png", [run], max_bytes=1001) == b"x" * 1001
+    with pytest.raises(RefusedFile, match=r"no file name can have"):
+        open_image_file("a\ud800.png", [run], base=run)
     assert isinstance(RefusedFile("p", "r"), ValueError)  # callers that catch ValueError keep working

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from chromium import Browser, find_chromium, required_in_ci
+from chromium import Browser, browser_or_skip
 from PIL import Image
 from view_runs import quickstart_run, shapes_evaluation
 
@@ -54,14 +54,7 @@ def page_data(page: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def browser():
-    executable = find_chromium()
-    if executable is None:
-        if required_in_ci():
-            pytest.fail(
-                "Chromium is not installed, and CI must have it: the set-up installs it (apt-get install chromium)"
-            )
-        pytest.skip("Chromium is not installed (apt-get install chromium); with VPRL_CI=1 this is a failure")
-    with Browser(executable) as b:
+    with browser_or_skip() as b:
         yield b
 
 

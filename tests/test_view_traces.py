@@ -91,6 +91,8 @@ def test_unit_test_outcomes_reach_the_rollout_rows_and_the_page(world, tmp_path)
 
     run = tmp_path / "run"
     RolloutLog.in_run(run).append(rows)
+    # The test images are read where the recipe's reward settings keep them (#37 item 4)
+    (run / "config.yaml").write_text(json.dumps({"rewards": [{"name": "unit_tests", "settings": spec.settings}]}))
     data = page_data(build_view(run, ViewOptions(use_examples=False))["page"])
     shown = [c["ut"] for c in data["cards"]]
     assert len(shown) == 4 and all(len(ut) == 3 for ut in shown)

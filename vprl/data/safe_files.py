@@ -43,6 +43,10 @@ def resolve_inside(
     text = os.fspath(path)
     if not text or "\0" in text:
         raise RefusedFile(path, "not a file path")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:  # a lone surrogate from a JSON escape names no file
+        raise RefusedFile(path, "not a file path (it has characters no file name can have)") from None
     if not os.path.isabs(text):
         if base is None:
             raise RefusedFile(path, "a relative path, and no folder it is relative to")

@@ -77,6 +77,7 @@ def make_card(
         "err": error,
         "prog": program,
         "img": img,
+        "noimg": pictures.problem(example.image) if pictures is not None and example is not None else None,
         "calls": [m.to_json() for m in call_marks(program, calls, size)],
     }
     if height is not None:

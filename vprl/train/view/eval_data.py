@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vprl.data.records import Example, read_jsonl
+from vprl.data.typed import mismatch
 from vprl.train.view.cards import make_card, right
 from vprl.train.view.images import Pictures
 
@@ -36,11 +37,9 @@ class EvalData:
     notes: list[str] = field(default_factory=list)
 
 
-def eval_examples(folder: Path, names: set[str], shapes_root: str | None) -> dict[str, dict[str, Example]]:
-    """dataset name (as predictions.jsonl has it) -> example id -> Example."""
+def saved_config(folder: Path, shapes_root: str | None):
+    """The evaluation's `EvalConfig` as `evaluation.json` saved it (`shapes_root` replaced if given)."""
     from vprl.train.evaluation.config import EvalConfig
-    from vprl.train.evaluation.plan import load_examples
-    from vprl.train.evaluation.seen import SUFFIXES
 
     path = folder / EVALUATION_FILE
     if not path.is_file():
@@ -52,10 +51,35 @@ def eval_examples(folder: Path, names: set[str], shapes_root: str | None) -> dic
     if not isinstance(saved, dict):
         raise ValueError(f"{path}: config: missing (an evaluation report written by vprl.train.evaluation has it)")
     known = {f.name for f in fields(EvalConfig)}
-    cfg = EvalConfig(**{k: v for k, v in saved.items() if k in known})
+    try:
+        cfg = EvalConfig(**{k: v for k, v in saved.items() if k in known})
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: config: {exc}") from None
     if shapes_root:
         cfg.shapes_root = shapes_root
     cfg.limit = 0  # ids are looked up, so every example may be loaded: the report's limit kept a prefix
+    return cfg
+
+
+def eval_roots(folder: Path, cfg) -> list[str]:
+    """The folders the evaluation's questions came from: images are read only under these (and the folder)."""
+    from vprl.train.evaluation.plan import _pairs
+
+    try:
+        if not isinstance(cfg.data_roots, str):
+            raise ValueError(f"data_roots: expected name=folder pairs, got {type(cfg.data_roots).__name__}")
+        roots = list(_pairs(cfg.data_roots, "data_roots").values())
+    except ValueError as exc:
+        raise ValueError(f"{folder / EVALUATION_FILE}: config: {exc}") from None
+    return [str(r) for r in [cfg.shapes_root, *roots] if isinstance(r, str) and r]
+
+
+def eval_examples(folder: Path, cfg, names: set[str]) -> dict[str, dict[str, Example]]:
+    """dataset name (as predictions.jsonl has it) -> example id -> Example."""
+    from vprl.train.evaluation.plan import load_examples
+    from vprl.train.evaluation.seen import SUFFIXES
+
+    path = folder / EVALUATION_FILE
     out: dict[str, dict[str, Example]] = {}
     loaded: dict[str, dict[str, Example]] = {}
     for name in sorted(names):
@@ -72,13 +96,34 @@ def eval_examples(folder: Path, names: set[str], shapes_root: str | None) -> dic
     return out
 
 
+# The fields the page reads from a prediction row, and what each must be; others are not read.
+ROW_FIELDS: dict[str, Any] = {
+    "policy": str,
+    "mode": str,
+    "dataset": str,
+    "seed": int,
+    "example_id": str,
+    "status": str,
+    "program": str | None,
+    "error": str | None,
+    "refused": bool | None,
+    "unit_test_score": float | None,
+    "tool_calls": list[dict[str, Any]] | None,
+}
+REQUIRED = ("policy", "mode", "dataset", "seed", "example_id", "status")
+
+
 def read_predictions(folder: Path) -> list[dict[str, Any]]:
     path = folder / PREDICTIONS_FILE
     rows = []
     for lineno, row in read_jsonl(path):
-        missing = [k for k in ("policy", "mode", "dataset", "seed", "example_id", "status") if k not in row]
+        missing = [k for k in REQUIRED if k not in row]
         if missing:
             raise ValueError(f"{path}:{lineno}: missing field(s) {missing}")
+        for key, hint in ROW_FIELDS.items():
+            problem = mismatch(row.get(key), hint) if key in row else None
+            if problem:
+                raise ValueError(f"{path}:{lineno}: {key}: expected {problem}, got {type(row[key]).__name__}")
         rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no predictions")
@@ -102,7 +147,12 @@ def read_evaluation(
     for label, name in (("--before", before), ("--after", after)):
         if name not in policies:
             raise ValueError(f"{label}: no policy {name!r} in {folder / PREDICTIONS_FILE}; it has {policies}")
-    examples = eval_examples(folder, {r["dataset"] for r in rows}, shapes_root) if use_examples else {}
+    examples = {}
+    if use_examples:
+        cfg = saved_config(folder, shapes_root)
+        if pictures is not None:
+            pictures.allow(*eval_roots(folder, cfg))
+        examples = eval_examples(folder, cfg, {r["dataset"] for r in rows})
 
     by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in rows:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 import json
-import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from typing import Any
 from vprl.train.rollouts.log import ROLLOUTS_FILE
 from vprl.train.view.eval_data import PREDICTIONS_FILE, read_evaluation
 from vprl.train.view.images import Pictures
+from vprl.train.view.out_folder import OutFolder
 from vprl.train.view.run_data import read_run
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -52,26 +53,23 @@ def build_view(folder: str | Path, options: ViewOptions | None = None) -> dict[s
     started = time.perf_counter()
     folder = Path(folder)
     kind = folder_kind(folder)
-    out = options.out or folder / "view"
-    pictures = Pictures(out, max_side=options.thumb)
-    if kind == "run":
-        data = _run_data(folder, pictures, options)
-    else:
-        data = _eval_data(folder, pictures, options)
-    data["images"] = [p.to_json() for p in pictures.table]
-    if pictures.missing:
-        data["notes"].append(
-            f"{len(pictures.missing)} image(s) could not be read, e.g. {Path(pictures.missing[0]).name}"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    _write(
-        out / DATA_FILE, "window.VIEW_DATA = " + json.dumps(data, ensure_ascii=False, separators=(",", ":")) + ";\n"
-    )
-    _write(out / PAGE_FILE, page_html(data["title"]))
+    out = OutFolder.open(options.out or folder / "view")
+    try:
+        pictures = Pictures(out, base=folder, max_side=options.thumb)
+        try:
+            data = (_run_data if kind == "run" else _eval_data)(folder, pictures, options)
+            data["images"] = [p.to_json() for p in pictures.table]
+            data["notes"] += image_notes(pictures)
+            out.write(DATA_FILE, ("window.VIEW_DATA = " + js_json(data) + ";\n").encode("utf-8"))
+            out.write(PAGE_FILE, page_html(data["title"]).encode("utf-8"))
+            size = out.size(DATA_FILE) + out.size(PAGE_FILE) + pictures.written_bytes()
+        finally:
+            pictures.close()
+    finally:
+        out.close()
     seconds = time.perf_counter() - started
-    size = sum(p.stat().st_size for p in [out / DATA_FILE, out / PAGE_FILE, *(out / "images").glob("*.jpg")])
     return {
-        "page": out / PAGE_FILE,
+        "page": out.path / PAGE_FILE,
         "kind": kind,
         "cards": len(data["cards"]),
         "images": len(data["images"]),
@@ -81,13 +79,41 @@ def build_view(folder: str | Path, options: ViewOptions | None = None) -> dict[s
     }
 
 
+def image_notes(pictures: Pictures) -> list[str]:
+    notes = []
+    if pictures.missing:
+        notes.append(f"{len(pictures.missing)} image(s) could not be read, e.g. {Path(pictures.missing[0]).name}")
+    if pictures.refused:
+        notes.append(
+            f"{len(pictures.refused)} image path(s) refused (only regular files under the folder or its dataset "
+            f"roots are read), e.g. {next(iter(pictures.refused.values()))}"
+        )
+    return notes
+
+
+# A lone surrogate (a JSON file's "\ud800", a file name undecodable as UTF-8) cannot be written as
+# UTF-8: in data.js it is written as the escape JavaScript reads back, in the page as U+FFFD.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def js_json(value: object) -> str:
+    """`value` as a JavaScript literal any string of the rows can be in: JSON escapes quotes and
+    backslashes; data.js is a script file of its own, so no `</script>` in it ends anything."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def page_html(title: str) -> str:
+    """The template's slots filled in one pass, so that a title holding `__JS__` stays text."""
     template = (ASSETS / "page.html").read_text(encoding="utf-8")
-    return (
-        template.replace("__TITLE__", html.escape(title))
-        .replace("__CSS__", (ASSETS / "view.css").read_text(encoding="utf-8"))
-        .replace("__JS__", (ASSETS / "view.js").read_text(encoding="utf-8"))
-    )
+    slots = {
+        "__TITLE__": html.escape(_SURROGATE.sub("\ufffd", title)),
+        "__CSS__": (ASSETS / "view.css").read_text(encoding="utf-8"),
+        "__JS__": (ASSETS / "view.js").read_text(encoding="utf-8"),
+    }
+    if re.search(r"</(script|style)", slots["__JS__"] + slots["__CSS__"], re.IGNORECASE):
+        raise AssertionError(f"{ASSETS}: view.js or view.css holds a closing tag that would end its inline element")
+    return re.sub("__(?:TITLE|CSS|JS)__", lambda m: slots[m.group()], template)
 
 
 def _run_data(folder: Path, pictures: Pictures, options: ViewOptions) -> dict[str, Any]:
@@ -149,9 +175,3 @@ def _eval_data(folder: Path, pictures: Pictures, options: ViewOptions) -> dict[s
         "curves": None,
         "components": sorted({k for c in ev.cards for k in c["comp"]}),
     }
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -52,14 +52,22 @@ class RunData:
     notes: list[str] = field(default_factory=list)
 
 
-def run_examples(run: Path, config: dict[str, Any], dataset_root: str | None) -> dict[str, Example]:
-    """The run's examples by id, loaded as the run loaded them (its recipe's data keys)."""
-    from vprl.train.recipe.data import load_examples
+def data_keys(config: dict[str, Any], dataset_root: str | None) -> dict[str, Any]:
+    """The run's recipe keys that say where its examples are; `--dataset-root` replaces its root."""
     from vprl.train.recipe.sections import DataArgs
 
     keys = {name: config[name] for name in DataArgs.__dataclass_fields__ if name in config}
     if dataset_root:
         keys["dataset_root"] = dataset_root
+    return keys
+
+
+def run_examples(run: Path, config: dict[str, Any], dataset_root: str | None) -> dict[str, Example]:
+    """The run's examples by id, loaded as the run loaded them (its recipe's data keys)."""
+    from vprl.train.recipe.data import load_examples
+    from vprl.train.recipe.sections import DataArgs
+
+    keys = data_keys(config, dataset_root)
     if not keys.get("dataset_root"):
         raise ValueError(f"{run / CONFIG_FILE}: dataset_root: not set; pass --dataset-root (or --no-examples)")
     try:
@@ -70,6 +78,33 @@ def run_examples(run: Path, config: dict[str, Any], dataset_root: str | None) ->
             "pass --dataset-root DIR where they are now, or --no-examples"
         ) from None
     return {ex.id: ex for ex in examples}
+
+
+def recipe_roots(run: Path, config: dict[str, Any], dataset_root: str | None) -> list[str]:
+    """The folders the run's recipe reads images from: its `dataset_root`, each mixture entry's
+    root, any loader's `images_dir` and a reward's `cache_dir`. Images named by the rows are read
+    only under these (and the run folder)."""
+    from vprl.train.recipe.data import entry_args
+    from vprl.train.recipe.mixture import as_mixture
+    from vprl.train.recipe.parsing import structured
+    from vprl.train.recipe.sections import DataArgs
+
+    keys = data_keys(config, dataset_root)
+    try:
+        args = DataArgs(**keys)
+        mixture = as_mixture(args.dataset_mixture)
+        each = [args] if mixture is None else [entry_args(e, args) for e in mixture.datasets]
+        rewards = structured(config.get("rewards"), "rewards", list) or []
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{run / CONFIG_FILE}: the run's dataset keys cannot be read ({exc})") from None
+    roots = [args.dataset_root]
+    for one in each:
+        options = one.dataset_options if isinstance(one.dataset_options, dict) else {}
+        roots += [one.dataset_root, options.get("images_dir")]
+    for spec in rewards:  # a reward keeping its files elsewhere (the unit tests' cache_dir)
+        settings = spec.get("settings") if isinstance(spec, dict) else None
+        roots.append(settings.get("cache_dir") if isinstance(settings, dict) else None)
+    return [str(r) for r in roots if isinstance(r, str | Path) and str(r)]
 
 
 def scan(path: Path, examples: dict[str, Example]) -> list[Row]:
@@ -184,6 +219,8 @@ def read_run(
     if not path.is_file():
         raise FileNotFoundError(f"{run}: no {ROLLOUTS_FILE} (not a run folder)")
     config = read_config(run)
+    if pictures is not None:
+        pictures.allow(*recipe_roots(run, config, dataset_root))
     examples = run_examples(run, config, dataset_root) if use_examples else {}
     rows = scan(path, examples)
     if not rows:
@@ -266,4 +303,5 @@ def _unit_test(outcome: dict[str, Any], pictures: Pictures | None) -> dict[str, 
         "ans": outcome.get("answer"),
         "sc": outcome.get("score"),
         "img": img,
+        "noimg": pictures.problem(image) if pictures is not None else None,
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +113,7 @@ def detections(result: str) -> tuple[list[list[Any]], bool]:
         except json.JSONDecodeError:
             break
         box = item.get("box") if isinstance(item, dict) else None
-        if isinstance(box, list) and len(box) == 4 and all(isinstance(v, int | float) for v in box):
+        if is_box(box):
             score = item.get("score")
             found.append([*box, score if isinstance(score, int | float) else None, str(item.get("label") or "")])
     return found, cut
@@ -204,8 +205,17 @@ def call_marks(program: str, calls: list[dict[str, Any]], size: tuple[int, int] 
     return marks
 
 
+def is_box(box: Any) -> bool:
+    """Four finite numbers: what a trace or an answer may draw (a row could hold anything there)."""
+    return (
+        isinstance(box, list)
+        and len(box) == 4
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in box)
+    )
+
+
 def _region(box: Any, size: tuple[int, int] | None) -> list[float] | None:
-    if size is None or not (isinstance(box, list) and len(box) == 4):
+    if size is None or not is_box(box):
         return None
     width, height = size
     if list(box) == [0, 0, width, height]:
@@ -216,7 +226,7 @@ def _region(box: Any, size: tuple[int, int] | None) -> list[float] | None:
 def answer_box(answer: Any) -> list[float] | None:
     """A grounding answer's box (`{"box": [left, lower, right, upper]}`, API convention), if it is one."""
     box = answer.get("box") if isinstance(answer, dict) else None
-    if isinstance(box, list) and len(box) == 4 and all(isinstance(v, int | float) for v in box):
+    if is_box(box):
         return [float(v) for v in box]
     return None
 
