@@ -3,17 +3,8 @@ runs it and checks what it wrote.
 
     python tests/restricted_suite.py CONDITION SANDBOX OUT.json
 
-CONDITION makes this machine (root, with namespaces) into the nodes the restricted sandbox is for,
-for this process and everything it starts, before the executor starts:
-
-- `container_root`: root under a seccomp filter that denies namespaces, as a container runtime's
-  default profile does (chroot and setuid still work);
-- `unprivileged`: every capability dropped for good, so no namespace, chroot or uid change works,
-  as for a Slurm user. The uid stays 0 only because the interpreter lives under /root (0700);
-  without capabilities uid 0 is an ordinary user that owns, and may write, the files owned by root;
-- `unprivileged_no_landlock`: the same, on a kernel without Landlock (it answers ENOSYS);
-- `root_without_setuid`: a container's root whose runtime also dropped CAP_SETUID and CAP_SETGID:
-  chroot works, a uid change does not, and the programs must not keep root's other capabilities.
+CONDITION is a kind of node (tests/node_kinds.py), made from this machine for this process and
+everything it starts, before the executor starts.
 
 An optional fourth argument names the probes to run (comma-separated), instead of all of them.
 
@@ -24,12 +15,10 @@ ours still alive after the executor closed.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import logging
 import os
-import struct
 import sys
 import tempfile
 import time
@@ -38,14 +27,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hostile_probes import CLONE_CHILD_EXITS, MAX_RPCS, PROBES, TIMEOUT, K, P, errno_of, source_of  # noqa: E402
+from hostile_probes import (  # noqa: E402
+    CLONE_CHILD_EXITS,
+    MAX_RPCS,
+    PROBES,
+    TIMEOUT,
+    K,
+    P,
+    errno_of,
+    sigio_trick,
+    signal_owner_probes,
+    source_of,
+)
+from node_kinds import become  # noqa: E402
 from test_sandbox import SECRET_ANSWER, SECRET_ENV, make_world  # noqa: E402
 
 from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402
 from vprl.executor.sandbox import seccomp  # noqa: E402
 from vprl.executor.sandbox.connection import SandboxUnavailable  # noqa: E402
 
-CONDITIONS = ("container_root", "unprivileged", "unprivileged_no_landlock", "root_without_setuid")
 NORMAL = (
     "def execute_command(image):\n    return ImagePatch(image).find('cat')[0].simple_query('what color is the cat?')\n"
 )
@@ -173,47 +173,12 @@ def extra_probes(runner_pid: int, labels: str) -> list:
             0,
         ),
         K("newer_syscall_than_reviewed", errno_of("libc.syscall(463, -100, b'x', 0, 0, 0, 0)"), errno.ENOSYS),
+        # What kill() may not do, through a descriptor's I/O signal: the runner, its group, the
+        # supervisor's group (#37: this killed the trainer's whole group as root without CAP_SETUID).
+        sigio_trick("sigio_kill_the_runner", str(runner_pid), "restricted"),
+        sigio_trick("sigio_kill_the_runner_group", f"-os.getpgid({runner_pid})", "restricted"),
+        *signal_owner_probes(f"-os.getpgid({runner_pid})", "runner_group"),
     ]
-
-
-def _prctl(option: int, arg: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, arg, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option}, {arg})")
-
-
-def drop_capabilities() -> None:
-    """No capability, now or after any exec: bounding set emptied, uid 0 no longer grants any."""
-    pr_capbset_drop, pr_set_securebits, pr_cap_ambient, ambient_clear_all = 24, 28, 47, 4
-    for cap in range(int(Path("/proc/sys/kernel/cap_last_cap").read_text()) + 1):
-        _prctl(pr_capbset_drop, cap)
-    _prctl(pr_cap_ambient, ambient_clear_all)
-    _prctl(pr_set_securebits, 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20)  # noroot, no_setuid_fixup, keep_caps: locked
-    header = struct.pack("=Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.capset(header, bytes(24)) != 0:
-        raise OSError(ctypes.get_errno(), "capset")
-
-
-def drop_from_bounding_set(*caps: int) -> None:
-    """Capabilities that no program started from here (as root) will have."""
-    for cap in caps:
-        _prctl(24, cap)  # PR_CAPBSET_DROP
-
-
-def deny(rules: tuple) -> None:
-    """Load a filter of `rules` on this process and everything it starts."""
-    _prctl(38, 1)  # NO_NEW_PRIVS, which an unprivileged process needs to load a filter
-    seccomp.Program(seccomp.build_bpf(rules)).load()
-
-
-NO_NAMESPACES = (
-    seccomp.Rule("unshare"),
-    seccomp.Rule("setns"),
-    *(seccomp.Rule("clone", when=(0, seccomp.SCMP_CMP_MASKED_EQ, f, f)) for f in seccomp.CLONE_NAMESPACE_FLAGS),
-    seccomp.Rule("clone3", errno.ENOSYS),
-)
-NO_LANDLOCK = (seccomp.Rule("landlock_create_ruleset", errno.ENOSYS),)
 
 
 def live_descendants() -> list[int]:
@@ -249,17 +214,7 @@ class Lines(logging.Handler):
 
 
 def main(condition: str, sandbox: str, out: str, only: str = "") -> int:
-    if condition not in CONDITIONS:
-        raise SystemExit(f"error: CONDITION must be one of {CONDITIONS}, got {condition!r}")
-    if condition in ("container_root", "root_without_setuid"):
-        if condition == "root_without_setuid":
-            drop_from_bounding_set(6, 7)  # CAP_SETGID, CAP_SETUID
-        deny(NO_NAMESPACES)
-    else:
-        drop_capabilities()
-        if condition == "unprivileged_no_landlock":
-            deny(NO_LANDLOCK)
-    _prctl(36, 1)  # a child subreaper: whatever a sandbox leaves behind stays ours to find
+    become(condition)
     handler = Lines()
     logging.getLogger("vprl.executor").addHandler(handler)
     os.environ["VPRL_FAKE_HF_TOKEN"] = SECRET_ENV  # must never reach a sandbox

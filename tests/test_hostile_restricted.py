@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from hostile_probes import PROBES, PWNED, TIMEOUT, no_secret
+from node_kinds import UNPRIVILEGED
 from restricted_suite import extra_probes
 
 from vprl.executor.results import ExecutionResult
@@ -36,7 +37,11 @@ EMPTY_ROOT = (
 )
 SKIPS = {
     "unprivileged": {"list_root": EMPTY_ROOT, "setsid_daemon": FORK, "plain_fork_still_works": FORK},
+    # Landlock without signal scoping (#37): the seccomp filter alone must hold the signal probes.
+    "unprivileged_landlock_5": {"list_root": EMPTY_ROOT, "setsid_daemon": FORK, "plain_fork_still_works": FORK},
     "container_root": {"setsid_daemon": FORK, "plain_fork_still_works": FORK},
+    # Programs stay uid 0, like the trainer (#37: one killed the trainer's whole process group).
+    "root_without_setuid": {"setsid_daemon": FORK, "plain_fork_still_works": FORK},
 }
 
 
@@ -95,19 +100,21 @@ def test_chosen_automatically_and_announced_in_one_line(suite):
     assert "namespaces are unavailable here (netns:" in line
     assert "docs/design-notes.md#the-sandbox-without-namespaces" in line
     assert "gives up a pid namespace" in line
-    unprivileged = suite["condition"] == "unprivileged"
+    unprivileged = suite["condition"] in UNPRIVILEGED
+    setuid = suite["condition"] == "container_root"
     assert ("an empty root" in line) is unprivileged
-    assert ("a uid of their own (they run as the supervisor's uid 0)" in line) is unprivileged
+    assert ("a uid of their own (they run as the supervisor's uid 0)" in line) is not setuid
     assert ("Landlock ABI" in line) is unprivileged and ("by chroot" in line) is not unprivileged
+    assert ("Landlock ABI 5" in line) is (suite["condition"] == "unprivileged_landlock_5")
 
 
 def test_the_layers_it_found(suite):
     layers = suite["layers"]
     assert layers["netns"] != "ok" and layers["pidns"] != "ok" and layers["seccomp_restricted"] == "ok"
-    if suite["condition"] == "unprivileged":
+    if suite["condition"] in UNPRIVILEGED:
         assert layers["chroot"] != "ok" and layers["uid"] != "ok" and layers["landlock"] == "ok"
     else:
-        assert layers["chroot"] == "ok" and layers["uid"] == "ok"
+        assert layers["chroot"] == "ok" and (layers["uid"] == "ok") is (suite["condition"] == "container_root")
 
 
 def test_no_damage_after_the_suite(suite):
