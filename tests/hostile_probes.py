@@ -72,7 +72,7 @@ ADD_KEY_READ_BACK = (
 # A raw clone or clone3 that got through returns 0 in a second copy of this program: it must leave at once.
 CLONE_CHILD_EXITS = "    if r == 0:\n        os._exit(0)\n"
 # fcntl commands and ioctls that name whom a descriptor's I/O signal goes to.
-F_SETFL, F_GETFL, F_SETOWN, F_SETSIG, F_SETOWN_EX, F_OWNER_PGRP = 4, 3, 8, 10, 15, 2
+F_SETFL, F_GETFL, F_SETOWN, F_SETSIG, F_SETOWN_EX, F_OWNER_PID, F_OWNER_PGRP = 4, 3, 8, 10, 15, 1, 2
 FIOASYNC, FIOSETOWN, SIOCSPGRP, O_ASYNC = 0x5452, 0x8901, 0x8902, 0o20000
 
 

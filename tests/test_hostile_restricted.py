@@ -160,3 +160,34 @@ def test_root_that_cannot_change_uid_keeps_no_capability(tmp_path):
         "kill_the_runner": ("runtime_error", None),
         "memory_bomb": ("memory_limit", None),
     }
+
+
+NEIGHBOURS = str(Path(__file__).resolve().parent / "restricted_neighbours.py")
+
+
+@pytest.mark.parametrize(
+    "condition", ["container_root", "root_without_setuid", "unprivileged", "unprivileged_landlock_5"]
+)
+def test_item_1_a_neighbour_executor_gets_a_clean_runs_results(tmp_path, condition):
+    """#37 item 1: two executors on one node (two ranks); programs of one aim every way of
+    signalling at the other's runner, supervisor, sandboxes and their groups while its batch runs.
+    Before, they killed its programs (and, as root without CAP_SETUID, everything of it)."""
+    out = tmp_path / "neighbours.json"
+    # A session of its own: a signal that got through to a process group would hit only it.
+    proc = subprocess.run(
+        [sys.executable, NEIGHBOURS, condition, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(out.read_text())
+    clean, beside = report["clean"], report["beside"]
+    assert clean["exit"] == 0 and clean["supervisor_alive"] and len(clean["results"]) == 24
+    assert all(status == "ok" for status, _, _ in clean["results"]), clean["results"]
+    assert beside["exit"] == 0 and beside["supervisor_alive"] and report["hostile_alive"]
+    assert beside["results"] == clean["results"]
+    attacks = beside["attacks"]
+    assert sum(found for found, *_ in attacks) > 0, attacks  # the neighbour's sandboxes were aimed at
+    assert all(status == "ok" and answer == [] for _, status, answer, _ in attacks), attacks
