@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import tiny_models as tiny  # noqa: E402
+from test_layout import recipe_prompts  # noqa: E402
 
 from vprl.executor.host import ToolHost  # noqa: E402
 from vprl.executor.tools.calls import ToolCall  # noqa: E402
@@ -156,7 +157,8 @@ def test_a_vllm_engine_is_refused_on_a_rank_whose_gpu_vllm_would_not_use(monkeyp
 def _plan(recipe: str, gpus: list[float], *extra: str):
     cfg = parse_rl_config(["--config", str(REPO / "configs" / recipe), *extra])
     stack = yaml.safe_load((REPO / cfg.executor.tool_stack).read_text())
-    return layout.plan_layout(cfg, stack, reward_config(cfg), ["Is there a red car?"], gpus)
+    queries = ["Is there a red car?"]
+    return layout.plan_layout(cfg, stack, reward_config(cfg), queries, gpus, recipe_prompts(cfg, queries))
 
 
 def test_two_processes_on_one_gpu_are_counted_twice_there(monkeypatch):

@@ -15,6 +15,7 @@ from bench.gpu.step import shape
 def layout(ctx: Context) -> None:
     from vprl.executor.tools.stack import read_tool_stack
     from vprl.train.recipe import layout as check
+    from vprl.train.recipe.prompt_length import measure
 
     policy_dir = ctx.need("policy_dir", "policy")
     s = shape(ctx)
@@ -24,7 +25,8 @@ def layout(ctx: Context) -> None:
         training=SimpleNamespace(per_device_train_batch_size=s["micro_batch"], max_completion_length=s["completion"],
                                  activation_checkpointing=bool(ctx.recipe.get("activation_checkpointing"))),
     )  # fmt: skip
-    policy = check.policy_component(cfg)
+    prompt = measure(ctx.need("prompts", "world"), str(policy_dir))  # the step's own prompts, by its tokenizer
+    policy = check.policy_component(cfg, prompt)
     ctx.rec.write("layout", "component", component=policy.name, predicted_gib=round(policy.gib, 3),
                   predicted_as_run_gib=round(policy.gib, 3), measured_gib=_measured(ctx, "policy (training)"),
                   measured_as="peak of forward/backward (the policy alone on the GPU)")  # fmt: skip

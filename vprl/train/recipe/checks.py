@@ -19,11 +19,14 @@ from vprl.rewards.compose import RewardComposer, RewardConfig
 from vprl.rewards.registry import check_reward_name
 from vprl.train.policy.loading import check_policy
 from vprl.train.prompts import PromptConfig
+from vprl.train.recipe.capacity import warn_capacity
 from vprl.train.recipe.data import entry_args, load_examples, load_mixture, prompt_configs
+from vprl.train.recipe.gpu_combinations import check_gpu_combinations
 from vprl.train.recipe.layout import plan_layout, visible_gpus
 from vprl.train.recipe.mixture import KEY as MIXTURE_KEY
 from vprl.train.recipe.mixture import LoadedMixture, as_mixture, entry_of, entry_prompts, reward_scopes
 from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.prompt_length import longest_prompts
 from vprl.train.recipe.rl_config import RLConfig
 from vprl.train.recipe.sections import DataArgs, ExecutorArgs
 
@@ -81,9 +84,12 @@ def validate(cfg: RLConfig, check_layout: bool = True) -> Checked:
         raise ConfigError(f"executor: {exc}") from None
     check_algorithm(cfg)
     check_schedule(cfg)
-    layout = plan_layout(cfg, stack, rewards, [ex.query for ex in examples], visible_gpus())
+    gpus = visible_gpus()
+    longest = longest_prompts(examples, prompts) if gpus else []
+    layout = plan_layout(cfg, stack, rewards, [ex.query for ex in examples], gpus, longest)
     if check_layout:
         layout.check()
+        warn_capacity(cfg, stack, layout)
     return Checked(
         examples, prompts, stack, overrides, rewards, runner, cfg.executor.tool_service, layout, mixture, scopes
     )
@@ -164,6 +170,7 @@ def check_algorithm(cfg: RLConfig) -> None:
         return
     if t.reward_weights is not None:
         raise ConfigError("reward_weights: set weights in `rewards` ({name, weight}); the total is composed there")
+    check_gpu_combinations(cfg)  # before require_vllm: a refusal must not depend on this machine's packages
     if t.use_vllm:
         require_vllm("use_vllm")
     if cfg.rewards.stop_at_program_end and t.mask_truncated_completions:

@@ -12,12 +12,15 @@ Sizes come from each model's config when it is in the local hub cache (the param
 an empty-weight instance: nothing is loaded) or a local folder, else from `configs/layout/model_sizes.yaml`.
 The memory of the policy under training is an estimate: its weights, the fp32 logits of a batch's
 completions, and activations (with gradient checkpointing, one layer's worth per token and the
-checkpoints; without it, about 16 values per hidden unit and layer per token).
+checkpoints; without it, about 16 values per hidden unit and layer per token) over the batch's
+prompt and completion tokens, the prompt counted at the longest of the recipe's own prompts
+(`vprl/train/recipe/prompt_length.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ import yaml
 from vprl.executor.tools.calls import TOOLS
 from vprl.executor.tools.devices import device_index, local_processes, vllm_refusal
 from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.prompt_length import PromptLength, measure
 
 REPO = Path(__file__).resolve().parents[3]
 SIZES_FILE = REPO / "configs" / "layout" / "model_sizes.yaml"
@@ -50,6 +54,9 @@ class Component:
     gib: float
     note: str = ""
     vllm: bool = False  # an engine vLLM starts in the training process (it picks its own GPU)
+    # Started with vLLM's external launcher under several processes: it takes cuda:LOCAL_RANK, the
+    # rank's own GPU, so each process needs a GPU of its own.
+    follows_rank: bool = False
 
 
 @dataclass
@@ -57,6 +64,8 @@ class Layout:
     components: list[Component]
     gpus: list[float] = field(default_factory=list)  # GiB of each visible GPU
     processes: int = 1  # training processes of this node, all seeing `gpus`
+    prompt: PromptLength | None = None  # the recipe's longest prompt, as the policy's estimate counted it
+    policy_size: ModelSize | None = None
 
     @property
     def per_process(self) -> float:
@@ -98,11 +107,19 @@ class Layout:
         in-process vLLM engine that would not land on its process's GPU."""
         if not self.gpus:
             return
+        for c in self.components:
+            if c.follows_rank and self.processes > len(self.gpus):
+                raise ConfigError(
+                    f"layout: {c.name}: under several processes each one's vLLM engine takes cuda:LOCAL_RANK, so "
+                    f"{self.processes} processes need {self.processes} GPUs, and {len(self.gpus)} are visible; "
+                    f"launch one process per GPU, or {c.note.removeprefix('move: ')}"
+                )
         for index, ranks in enumerate(self.ranks_on()):
             for c in self.components:
                 problem = (
                     ranks
                     and c.vllm
+                    and not c.follows_rank
                     and c.where == "each training GPU"
                     and vllm_refusal(f"cuda:{index}", c.name, c.note.removeprefix("move: "))
                 )
@@ -116,8 +133,17 @@ class Layout:
             raise ConfigError(
                 f"layout: cuda:{index} would need {gib:.1f} GiB for {len(ranks)} training process(es) but has "
                 f"{self.gpus[index]:.1f} GiB. Move out: "
-                f"{advice or 'nothing movable; use a larger GPU or QLoRA (load_in_4bit)'}\n{self.render()}"
+                f"{advice or 'nothing movable; ' + self.smaller_policy}\n{self.render()}"
             )
+
+    @property
+    def smaller_policy(self) -> str:
+        # QLoRA with trl's vLLM generation crashes at the first weight sync (gpu_combinations.py).
+        if any(c.name.startswith("policy vLLM (") and "ReST" not in c.name for c in self.components):
+            return (
+                "use a larger GPU, a smaller vllm_gpu_memory_utilization, or QLoRA (load_in_4bit) with use_vllm false"
+            )
+        return "use a larger GPU or QLoRA (load_in_4bit)"
 
 
 def visible_gpus() -> list[float]:
@@ -128,6 +154,7 @@ def visible_gpus() -> list[float]:
     return [torch.cuda.get_device_properties(i).total_memory / GIB for i in range(torch.cuda.device_count())]
 
 
+@functools.lru_cache(maxsize=64)
 def model_size(name: str) -> ModelSize:
     """The model's size from its config (local folder or hub cache), else from the sizes table."""
     config = _local_config(name)
@@ -175,8 +202,9 @@ def _local_config(name: str) -> Any:
         return None
 
 
-def policy_component(cfg: Any) -> Component:
-    """The policy under training on each GPU: weights, the fp32 logits of its completions, activations."""
+def policy_component(cfg: Any, prompt: PromptLength) -> Component:
+    """The policy under training on each GPU: weights, the fp32 logits of its completions, activations
+    over its prompt (`prompt`, the longest of the recipe's) and completion tokens."""
     size = model_size(cfg.policy.model_name_or_path)
     t = cfg.training
     quant = "4bit" if cfg.policy.load_in_4bit else "8bit" if cfg.policy.load_in_8bit else None
@@ -185,10 +213,13 @@ def policy_component(cfg: Any) -> Component:
     )
     batch = t.per_device_train_batch_size
     completion = getattr(t, "max_completion_length", None) or getattr(t, "max_length", None) or 512
-    tokens = batch * (completion + 1024)  # prompt lengths differ; 1024 tokens of prompt is the papers' order
+    tokens = batch * (completion + prompt.tokens)
     logits = batch * completion * (size.vocab or 32000) * 4
     per_token = (size.hidden or 4096) * 2 * ((size.layers or 32) * (2 if t.activation_checkpointing else 16) + 16)
-    return Component("policy (training)", "each training GPU", (weights + logits + tokens * per_token) / GIB)
+    gib = (weights + logits + tokens * per_token) / GIB
+    return Component(
+        "policy (training)", "each training GPU", gib, f"prompts up to {prompt.tokens} tokens, {prompt.how}"
+    )
 
 
 def tool_components(stack: dict[str, Any], service: str | None) -> list[Component]:
@@ -251,13 +282,17 @@ def _llm_gib(settings: dict[str, Any], gpu_gib: float) -> float:
     return model_size(settings["model"]).params * BYTES[settings.get("quantization", "bfloat16")] / GIB
 
 
-def plan_layout(cfg: Any, stack: dict[str, Any], rewards: Any, queries: list[str], gpus: list[float]) -> Layout:
-    """The layout of a checked recipe on `gpus` (GiB each; empty: no GPU)."""
+def plan_layout(
+    cfg: Any, stack: dict[str, Any], rewards: Any, queries: list[str], gpus: list[float], prompts: list[str]
+) -> Layout:
+    """The layout of a checked recipe on `gpus` (GiB each; empty: no GPU); `prompts` are the recipe's
+    own (unframed), measured only where there is a GPU to plan."""
     if not gpus:
         return Layout([Component("everything", "the CPU", 0.0)], [])
     processes = local_processes()
     t = cfg.training
-    components = [policy_component(cfg)]
+    prompt = measure(prompts, cfg.policy.model_name_or_path)
+    components = [policy_component(cfg, prompt)]
     if getattr(t, "use_vllm", False):
         if t.vllm_mode == "colocate":
             components.append(
@@ -267,13 +302,14 @@ def plan_layout(cfg: Any, stack: dict[str, Any], rewards: Any, queries: list[str
             components.append(Component("policy vLLM (trl vllm-serve)", "its own GPUs", 0.0))
     if cfg.algorithm == "rest" and cfg.rest.rest_generator == "vllm":
         share = float((cfg.rest.rest_vllm_kwargs or {}).get("gpu_memory_utilization", 0.9))  # vLLM's default
-        note = "move: rest_generator: hf, or train in one process"
-        components.append(Component("policy vLLM (ReST sampling)", "each training GPU", share * min(gpus), note, True))
+        note = "move: rest_generator: hf (transformers sampling, slower)"
+        engine = Component("policy vLLM (ReST sampling)", "each training GPU", share * min(gpus), note, True, True)
+        components.append(engine)
     components += tool_components(stack, cfg.executor.tool_service)
     for spec in rewards.rewards:
         if spec.name == "unit_tests":
             components += unit_test_components(spec.settings, min(gpus), _prepared(spec.settings, cfg, queries))
-    return Layout(components, gpus, processes)
+    return Layout(components, gpus, processes, prompt, model_size(cfg.policy.model_name_or_path))
 
 
 def _prepared(settings: dict[str, Any], cfg: Any, queries: list[str]) -> bool:
