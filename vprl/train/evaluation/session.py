@@ -147,7 +147,9 @@ def policy_generator(cfg: Any, policy: Any) -> Generator:
         rank = json.loads((Path(policy.adapter) / "adapter_config.json").read_text())["r"] if policy.adapter else 16
         share = cfg.vllm_gpu_memory_utilization
         # vLLM refuses to start unless its share of the GPU is free: the previous engine must be gone.
-        wait_for_free(share * gpu_totals()[0], f"policy {policy.label!r}'s vLLM engine")
+        # (vLLM's CPU build takes its KV cache from VLLM_CPU_KVCACHE_SPACE instead of a share.)
+        if gpus := gpu_totals():
+            wait_for_free(share * gpus[0], f"policy {policy.label!r}'s vLLM engine")
         engine_kwargs = {
             "dtype": cfg.torch_dtype,
             "gpu_memory_utilization": share,

