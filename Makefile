@@ -83,8 +83,8 @@ clean:
 # The lock: every package of the CPU venv at the version CI tested, which `make setup` installs on a
 # fresh clone (-c constraints-cpu.txt). Refresh after changing pyproject.toml's requirements:
 #   rm -rf .venv && make setup LOCK=/dev/null && make lock && make test
-# (LOCK=/dev/null resolves the newest releases instead of the locked ones). constraints-gpu.txt is the same set
-# with the vllm extra's versions (tests/test_install_pins.py runs under them).
+# (LOCK=/dev/null resolves the newest releases instead of the locked ones). constraints-gpu.txt is pip's
+# resolution of the CPU extras with the vllm extra, starting from that set (bench/gpu/lock_gpu.py).
 lock: setup
 	{ echo "# The tested CPU set: make lock writes it from ./.venv (see the Makefile)."; \
 	  $(PY) -m pip freeze --exclude-editable | sed -E 's/^torch==.*/torch==2.13.0/' | LC_ALL=C sort -f; } > constraints-cpu.txt

@@ -174,4 +174,44 @@ def test_the_gpu_lock_is_the_cpu_lock_with_the_vllm_extra():
             f"constraints-gpu.txt: transformers {gpu['transformers']} vs {where}"
         )
     differ = {n for n in cpu if gpu.get(n) != cpu[n]}
-    assert differ <= {"transformers", "huggingface-hub"}, differ
+    assert differ <= {"transformers", "huggingface-hub"} | set(_released()), differ
+
+
+def _released() -> dict[str, str]:
+    """The CPU pins constraints-gpu.txt's header says the resolution released."""
+    text = (REPO / "constraints-gpu.txt").read_text(encoding="utf-8")
+    (line,) = [line for line in text.splitlines() if line.startswith("# released for pip to choose:")]
+    listed = line.split(":", 1)[1].strip()
+    return {} if listed == "none" else dict(item.strip().split("==") for item in listed.split(","))
+
+
+def vllm_requirements(version: str) -> list[Requirement]:
+    """vLLM's published requirements (tests/fixtures/vllm-<version>-requires.txt, from its METADATA)
+    that apply to a plain install on the machines the lock is for: Linux x86_64, the lock's Python."""
+    lines = (REPO / "tests" / "fixtures" / f"vllm-{version}-requires.txt").read_text(encoding="utf-8").splitlines()
+    header = (REPO / "constraints-gpu.txt").read_text(encoding="utf-8")
+    python = header.split("# Resolved for CPython ", 1)[1].split(" ", 1)[0]
+    where = {"platform_machine": "x86_64", "platform_system": "Linux", "sys_platform": "linux",
+             "python_version": ".".join(python.split(".")[:2]), "python_full_version": python, "extra": ""}  # fmt: skip
+    reqs = [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+    return [r for r in reqs if r.marker is None or r.marker.evaluate(where)]
+
+
+def test_item3_every_gpu_pin_meets_vllms_published_requirements():
+    """#34 item 3: constraints-gpu.txt pinned fastapi 0.165.0 where vllm 0.31.0 requires
+    fastapi[standard]>=0.133.0,<0.137.0, so the lock could not be installed. Every pin that vLLM
+    requires must be inside vLLM's specifier."""
+    gpu = _lock("constraints-gpu.txt")
+    from packaging.utils import canonicalize_name
+
+    requirements = vllm_requirements(gpu["vllm"])
+    assert len(requirements) > 50, "the recorded requirements look truncated"
+    outside = {
+        str(r): gpu[canonicalize_name(r.name)]
+        for r in requirements
+        if canonicalize_name(r.name) in gpu
+        and not r.specifier.contains(gpu[canonicalize_name(r.name)], prereleases=True)
+    }
+    assert not outside, f"constraints-gpu.txt pins outside vllm {gpu['vllm']}'s requirements: {outside}"
+    missing = sorted(canonicalize_name(r.name) for r in requirements if canonicalize_name(r.name) not in gpu)
+    assert not missing, f"constraints-gpu.txt is not a whole resolution: vllm requires {missing}, unpinned"
