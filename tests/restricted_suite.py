@@ -173,6 +173,19 @@ def extra_probes(runner_pid: int, labels: str) -> list:
             0,
         ),
         K("newer_syscall_than_reviewed", errno_of("libc.syscall(463, -100, b'x', 0, 0, 0, 0)"), errno.ENOSYS),
+        # #37 item 7: a module that is not loaded is missing, as under chroot; the error does not
+        # name the file Landlock kept it from (the interpreter's install path on the host).
+        P(
+            "item_7_import_error_names_no_host_path",
+            "restricted",
+            "    import subprocess\n    return 1",
+            "runtime_error",
+            lambda r: (
+                r.error.startswith("ModuleNotFoundError: No module named 'subprocess' (line 2")
+                and sys.prefix not in r.error
+                and sys.base_prefix not in r.error
+            ),
+        ),
         # What kill() may not do, through a descriptor's I/O signal: the runner, its group, the
         # supervisor's group (#37: this killed the trainer's whole group as root without CAP_SETUID).
         sigio_trick("sigio_kill_the_runner", str(runner_pid), "restricted"),

@@ -15,6 +15,7 @@ another program's result.
 
 from __future__ import annotations
 
+import _imp
 import contextlib
 import fcntl
 import io
@@ -200,6 +201,8 @@ def start_restricted(
             landlock.deny_everything(plan.landlock_abi)
         own = seccomp.Program(restricted_filter.pid_filter(os.getpid(), plan.numbers))
         _warm_up(limits)
+        if not plan.chroot:
+            sys.meta_path.insert(0, _LoadedOnly)
         task = framing.recv_blocking(FROM_SUPERVISOR_FD, MAX_TASK)
         _set_limits(task["timeout"], limits, nproc=plan.setuid)
         if plan.setuid:
@@ -208,6 +211,19 @@ def start_restricted(
     except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
         _exit(1)
     _run(task, limits)
+
+
+class _LoadedOnly:
+    """Without chroot, importing a module that is not loaded reaches Landlock's wall, whose
+    PermissionError names the host file it kept the program from (the interpreter's install path).
+    Under chroot that module is simply missing: answer the same here, before any file is tried.
+    Built-in and frozen modules need no file and import as before."""
+
+    @staticmethod
+    def find_spec(name: str, path=None, target=None):
+        if name in sys.builtin_module_names or _imp.is_frozen(name):
+            return None
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 def _fixed_descriptors(out_w: int, req_w: int, rep_r: int) -> None:
