@@ -102,17 +102,24 @@ if name == "srun":
 if name == "scontrol":
     print("node1\\nnode2")
 elif name == "hostname":
+    log()
     print("10.0.0.7")
 elif name == "python" and args[:2] == ["-m", "vprl.train.recipe"]:
     print("tool_stack=configs/tools/viunit.yaml\\nmodel_name_or_path=codellama/CodeLlama-7b-Python-hf")
 elif name == "python" and args[:1] == ["vprl/train/rl.py"]:
     log()
     sys.exit(int(os.environ.get("TRAIN_EXIT", "0")))
+elif name == "trl" and os.environ.get("TRL_EXIT"):
+    log()
+    sys.exit(int(os.environ["TRL_EXIT"]))
 elif (name == "ray" and args[:1] == ["start"] and "--block" in args) or name == "trl":
     log()
-    print("Ray runtime started." if name == "ray" else "serving", flush=True)
+    if not (name == "ray" and os.environ.get("RAY_SILENT")):
+        print("Ray runtime started." if name == "ray" else "serving", flush=True)
     stay_up()
-elif name != "curl":
+elif name == "curl":
+    sys.exit(int(os.environ.get("CURL_EXIT", "0")))
+else:
     log()
 """
 
@@ -163,6 +170,40 @@ def test_slurm_launcher_steps_overlap_use_tensor_parallel_and_stop_only_their_ow
     (serve,) = [c for c in calls if c["cmd"] == "python" and "vprl.executor.serve" in c["args"]]
     (train,) = [c for c in calls if c["cmd"] == "accelerate"]
     assert serve["env"]["RAY_ADDRESS"] == address and train["env"]["RAY_ADDRESS"] == address
+
+
+def _slurm(tmp_path, **extra: str) -> tuple[subprocess.CompletedProcess, list[dict], float]:
+    _stand_ins(tmp_path / "bin", ["srun", "scontrol", "hostname", "ray", "trl", "curl", "accelerate", "python"])
+    log = tmp_path / "calls.jsonl"
+    env = _env(tmp_path / "bin", log, SLURM_JOB_NODELIST="node[1-2]", PYTHON="python", RAY_LOG=str(tmp_path / "ray.log"), **extra)  # fmt: skip
+    t0 = time.monotonic()
+    script = ["bash", "vprl/train/launch/slurm.sbatch", "configs/grpo_codellama_gqa_correctness.yaml"]
+    proc = subprocess.run(script, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return proc, _calls(log), time.monotonic() - t0
+
+
+def test_item7_every_slurm_step_gets_its_cpus_and_a_routable_address(tmp_path):
+    """#34 item 7: no step set --cpus-per-task (since Slurm 22.05 a step does not inherit it, and
+    where tasks are bound the training step ran on one CPU), and `hostname --ip-address` gives
+    127.0.1.1 on Debian-style hosts files."""
+    proc, calls, _ = _slurm(tmp_path, SLURM_CPUS_PER_TASK="12")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sruns = [c["args"] for c in calls if c["cmd"] == "srun"]
+    assert len(sruns) >= 6 and all("--cpus-per-task=12" in a for a in sruns), sruns
+    hostnames = [c["args"] for c in calls if c["cmd"] == "hostname"]
+    assert hostnames and all(a == ["-I"] for a in hostnames), hostnames
+
+
+def test_item7_a_crashed_vllm_server_ends_the_job_at_once(tmp_path):
+    proc, _, seconds = _slurm(tmp_path, TRL_EXIT="1", CURL_EXIT="7")
+    assert proc.returncode != 0 and "the vLLM server exited" in proc.stderr, proc.stderr[-2000:]
+    assert seconds < 60  # was: 900 s of polling a server that no longer exists
+
+
+def test_item7_a_ray_head_that_never_starts_has_a_deadline(tmp_path):
+    proc, _, seconds = _slurm(tmp_path, RAY_SILENT="1", RAY_START_TIMEOUT_S="4")
+    assert proc.returncode != 0 and "no Ray head after 4 s" in proc.stderr, proc.stderr[-2000:]
+    assert seconds < 60
 
 
 def _ray_answers(ray: str, port: str) -> bool:
