@@ -4,13 +4,16 @@ tests/test_view_page.py."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 from test_bad_input import run_main
 from test_command_help import option_texts
 
@@ -205,3 +208,77 @@ def test_every_option_has_help(monkeypatch, capsys):
     options = option_texts(capsys.readouterr().out)
     assert {"--out", "--limit", "--steps", "--no-examples", "--before", "--after"} <= set(options)
     assert all(options.values()), options
+
+
+def _planted_run(tmp_path) -> tuple[Path, Path, str]:
+    """A run folder with one unit-test picture (relative to the run), and a file outside it."""
+    victim = tmp_path / "outside" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text("precious")
+    run = tmp_path / "run"
+    (run / "pics").mkdir(parents=True)
+    Image.new("RGB", (8, 8), "red").save(run / "pics" / "a.png")
+    test = {"caption": "c", "expected": "x", "status": "ok", "answer": "x", "score": 1.0, "image": "pics/a.png"}
+    RolloutLog.in_run(run).append([_row(1, "e", 1.0, unit_tests=[test])])
+    return run, victim, hashlib.sha1((run / "pics" / "a.png").read_bytes()).hexdigest()[:20] + ".jpg"
+
+
+def test_item3_links_planted_in_the_page_folder_are_replaced_never_written_through(tmp_path):
+    run, victim, picture = _planted_run(tmp_path)
+    view = run / "view"
+    (view / "images").mkdir(parents=True)
+    names = ["index.html.tmp", "data.js.tmp", "index.html", f"images/{picture}.tmp", f"images/{picture}"]
+    for name in names:
+        os.symlink(victim, view / name)
+    result = build_view(run, ViewOptions(use_examples=False))
+    assert victim.read_text() == "precious"
+    assert result["images"] == 1
+    for name in ("index.html", "data.js", f"images/{picture}"):
+        assert (view / name).is_file() and not (view / name).is_symlink(), name
+    assert not list(view.rglob("*.tmp"))
+
+
+def test_item3_a_page_folder_that_is_a_link_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    run, victim, _ = _planted_run(tmp_path)
+    os.symlink(victim.parent, run / "view")
+    assert run_main("vprl.train.view", [str(run), "--no-examples"], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert re.match(r"error: .*run/view: a symlink; the viewer writes only into a folder of its own", err), err
+    os.unlink(run / "view")
+    (run / "view").mkdir()
+    os.symlink(victim.parent, run / "view" / "images")
+    assert run_main("vprl.train.view", [str(run), "--no-examples"], monkeypatch) == 2
+    assert re.match(r"error: .*run/view/images: a symlink", capsys.readouterr().err)
+    assert [p.name for p in victim.parent.iterdir()] == ["victim.txt"] and victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize(
+    "change, place",
+    [
+        ({"tool_calls": ["x"]}, r"predictions.jsonl:2: tool_calls: expected a list of mappings"),
+        ({"seed": [1]}, r"predictions.jsonl:2: seed: expected an integer, got list"),
+        ({"mode": {"a": 1}}, r"predictions.jsonl:2: mode: expected a string, got dict"),
+    ],
+)
+def test_item6_a_mistyped_evaluation_row_is_one_line_naming_file_line_and_key(
+    tmp_path, monkeypatch, capsys, change, place
+):
+    (tmp_path / "ev").mkdir()
+    row = {"policy": "a", "mode": "single", "dataset": "shapes:val", "seed": 0, "example_id": "e", "status": "ok"}
+    (tmp_path / "ev" / "predictions.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row | change) + "\n")
+    assert run_main("vprl.train.view", [str(tmp_path / "ev"), "--no-examples"], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err and re.search(place, err.splitlines()[0]), err
+    assert not (tmp_path / "ev" / "view" / "data.js").exists()
+
+
+def test_item6_a_lone_surrogate_is_shown_as_such_and_leaves_no_temporary_file(tmp_path):
+    run = tmp_path / os.fsdecode(b"run\xff")  # a folder name that is no UTF-8: it reaches the title
+    row = _row(1, "e\ud800", 1.0).to_json() | {"program": "def execute_command(image):\n    return '\ud800'\n"}
+    run.mkdir()
+    (run / "rollouts.jsonl").write_text(json.dumps(row) + "\n")  # JSON escapes: the surrogate as the file has it
+    page = build_view(run, ViewOptions(use_examples=False))["page"]
+    data = json.loads((page.parent / "data.js").read_text().removeprefix("window.VIEW_DATA = ").rstrip(";\n"))
+    assert data["cards"][0]["prog"] == row["program"] and data["cards"][0]["e"] == "e\ud800"
+    assert "run\ufffd: programs of the run" in page.read_text(encoding="utf-8")
+    assert not list(page.parent.rglob("*.tmp"))

@@ -13,7 +13,6 @@ import html
 import json
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 from urllib.parse import unquote
@@ -22,6 +21,7 @@ import pytest
 import yaml
 from chromium import Browser, browser_or_skip
 from PIL import Image
+from test_safe_files import within
 
 from vprl.train.rollouts.log import RolloutLog, RolloutRow
 from vprl.train.view import ViewOptions, build_view
@@ -42,22 +42,6 @@ VIEWS_JS = "Array.from(document.querySelectorAll('#bar [data-view]')).map(b => b
 
 def hostile(i: int) -> str:
     return PAYLOADS[i % len(PAYLOADS)]
-
-
-@contextlib.contextmanager
-def within(seconds: int):
-    """A FIFO opened for reading blocks forever: fail instead of hanging the suite."""
-
-    def expired(*_):
-        raise TimeoutError(f"the viewer blocked for {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 class Opened:
