@@ -7,6 +7,7 @@ tests/test_runner.py (each probe several times among normal programs).
 from __future__ import annotations
 
 import errno
+import sys
 from dataclasses import dataclass, replace
 
 from test_sandbox import SECRET_ANSWER, SECRET_ENV
@@ -209,6 +210,18 @@ PROBES = [
     # Never written to: had it gone through, the machine's init would not even have been asked.
     replace(K("f_setown_pid_1", errno_of(f"libc.fcntl(os.pipe()[0], {F_SETOWN}, 1)")), category="signal_outside"),
     *signal_owner_probes("os.getppid()", "parent"),
+    # #37 item 7: an error of the interpreter's own names the module's file; not the host's path to it.
+    P(
+        "item_7_import_name_error_names_no_host_path",
+        "errors",
+        "    from os import no_such_name",
+        "runtime_error",
+        lambda r: (
+            r.error.startswith("ImportError: cannot import name 'no_such_name' from 'os' (<python>/")
+            and sys.base_prefix not in r.error
+            and sys.prefix not in r.error
+        ),
+    ),
     # -- memory, output, recursion ------------------------------------------------------------
     P("memory_bomb", "memory", "    x = bytearray(8 << 30)\n    return len(x)", "memory_limit"),
     P(

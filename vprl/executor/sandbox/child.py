@@ -301,6 +301,26 @@ def _become(uid: int) -> None:
     syscalls.set_pdeathsig(signal.SIGKILL)
 
 
+# Where this interpreter and vprl live on the host, longest first: the interpreter's own messages
+# name module files by them (ImportError "cannot import name 'x' from 'os' (/.../os.py)"), which
+# tells a program the host's layout. The error says "<python>/..." or "<vprl>/..." instead.
+_HOST_PREFIXES = sorted(
+    {
+        **{prefix: "<python>" for prefix in (sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)},
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))): "<vprl>",
+    }.items(),
+    key=lambda item: -len(item[0]),
+)
+
+
+def _without_host_paths(error: str | None) -> str | None:
+    if error:
+        for prefix, name in _HOST_PREFIXES:
+            if prefix not in ("", "/"):
+                error = error.replace(prefix, name)
+    return error
+
+
 WARM_UP = "def execute_command(image):\n    return [ImagePatch(image).width, 'a', 0.5, None, True, {'k': 1}]\n"
 
 
@@ -337,7 +357,7 @@ def _run(task: dict[str, Any], limits: Limits) -> None:
         client = ChannelClient(limits.max_reply)
         with bind_client(client):
             outcome = execute_program(task["source"], decode_inputs(task["inputs"]))
-        status, error = outcome.status, outcome.error
+        status, error = outcome.status, _without_host_paths(outcome.error)
         if status == "runtime_error" and (error or "").split(":", 1)[0].endswith("MemoryError"):
             status = "memory_limit"
         restore_builtins()
