@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-GUIDES = ["docs/gpu.md", "docs/distributed.md", "docs/architecture.md", "README.md"]
+GUIDES = ["docs/gpu.md", "docs/distributed.md", "docs/architecture.md", "docs/vllm-cpu.md", "README.md"]
 OURS = (
     "configs/",
     "vprl/train/",
@@ -59,3 +59,15 @@ def test_every_module_a_guide_runs_exists(guide):
 
 def test_the_gpu_guide_is_linked_from_the_readme():
     assert "docs/gpu.md" in (REPO / "README.md").read_text()
+
+
+def test_item5_the_guides_view_the_folders_the_quickstart_writes():
+    from vprl.train.quickstart import QuickstartConfig, rl_run_name
+
+    cfg = QuickstartConfig()
+    written = {f"{cfg.out}/{rl_run_name(cfg)}", f"{cfg.out}/eval/{rl_run_name(cfg)}"}
+    named = set()
+    for guide in ("README.md", "docs/view.md"):
+        for span in _spans((REPO / guide).read_text(encoding="utf-8")):
+            named |= set(re.findall(r"(?:vprl\.train\.view|vprl view) (runs/quickstart/[\w/.-]+)", span))
+    assert named and sorted(named - written) == []

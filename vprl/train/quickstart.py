@@ -151,6 +151,12 @@ def _headline(metrics) -> float:
     return headline_value(metrics)
 
 
+def rl_run_name(cfg: QuickstartConfig) -> str:
+    """The RL run's folder under `out` (its evaluation's under `out/eval/`): the recipe's name with
+    "quickstart" read as "rl", so configs/quickstart.yaml writes `rl` and the label-free one `rl_label_free`."""
+    return cfg.run_name or Path(cfg.rl_config).stem.replace("quickstart", "rl").strip("_") or "rl"
+
+
 def evaluate_before_after(cfg: QuickstartConfig, policy: Path, adapter: Path | str, run_name: str) -> dict:
     """The evaluation config's report for the policy without and with the RL adapter, on the
     evaluation world, the policy's training queries counting as seen."""
@@ -198,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     print("quickstart: 2/3 RL on the shapes world (GRPO, LoRA, sandboxed executor, shapes tools)", flush=True)
     from vprl.train.rl import main as rl_main
 
-    run_name = cfg.run_name or Path(cfg.rl_config).stem.replace("quickstart", "rl").strip("_") or "rl"
+    run_name = rl_run_name(cfg)
     run_dir = Path(cfg.out) / run_name
     rl_args = [
         "--config", cfg.rl_config,
