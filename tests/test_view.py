@@ -282,3 +282,22 @@ def test_item6_a_lone_surrogate_is_shown_as_such_and_leaves_no_temporary_file(tm
     assert data["cards"][0]["prog"] == row["program"] and data["cards"][0]["e"] == "e\ud800"
     assert "run\ufffd: programs of the run" in page.read_text(encoding="utf-8")
     assert not list(page.parent.rglob("*.tmp"))
+
+
+def test_item3_a_link_planted_again_while_the_page_is_written_is_refused_not_followed(tmp_path, monkeypatch):
+    from vprl.train.view import out_folder
+
+    run, victim, _ = _planted_run(tmp_path)
+    real_unlink = os.unlink
+
+    def unlink_then_plant(name, *, dir_fd=None):
+        try:
+            real_unlink(name, dir_fd=dir_fd)
+        finally:
+            if name == "data.js.tmp":  # someone puts the link (back) between the unlink and the create
+                os.symlink(victim, name, dir_fd=dir_fd)
+
+    monkeypatch.setattr(out_folder.os, "unlink", unlink_then_plant)
+    with pytest.raises(ValueError, match=r"view/data.js.tmp: made again by someone else while the page was written"):
+        build_view(run, ViewOptions(use_examples=False))
+    assert victim.read_text() == "precious"
