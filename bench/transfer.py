@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -36,36 +35,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.learning import settings_of, step_seconds  # noqa: E402
+from bench.transfer_args import (  # noqa: E402
+    ARMS,
+    EVAL_CONFIG,
+    eval_argv,
+    parse_args,
+    policy_config,
+    rl_argv,
+)
 from bench.transfer_cells import heat_map, markdown, summarize  # noqa: E402
+from vprl.data.cli import fail  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-ARMS = {
-    "vqa": REPO / "configs/quickstart.yaml",
-    "vqa_itm": REPO / "configs/transfer/vqa_itm.yaml",
-    "mixture": REPO / "configs/transfer/mixture.yaml",
-    "adapt_itm": REPO / "configs/transfer/adapt_itm.yaml",
-    "adapt_heldout": REPO / "configs/transfer/adapt_heldout.yaml",
-    "adapt_itm_anchored": REPO / "configs/transfer/adapt_itm_anchored.yaml",
-}
-DEFAULT_ARMS = "vqa,vqa_itm,mixture,adapt_itm,adapt_heldout"
-STAGES = ("policy", "train", "eval")
-EVAL_CONFIG = REPO / "configs/eval/transfer_matrix.yaml"
-# The policy every arm starts from: weak on image-text matching and grounding as on its weak VQA
-# families, with enough captions and referring expressions in its world to train on.
-BOOTSTRAP = "--tasks vqa itm grounding --world_winoground 60 --world_sugarcrepe 15 --world_refcoco 100 --threads 1"
-# The quickstart's sizes. Not its seed (1): a world's items are drawn per (seed, task, index), so the
-# evaluation world of seed 1 would hold the very images, captions and held-out questions the policy
-# of seed 1 was bootstrapped and adapted on.
-EVAL_WORLD = {"seed": 1001, "val": 320, "winoground": 40, "sugarcrepe": 8, "refcoco": 50}
-
-
-def policy_config(seed: int, args: argparse.Namespace):
-    from vprl.train.bootstrap.fit import BootstrapConfig
-    from vprl.train.recipe.parsing import parse_config
-
-    out = Path(args.out) / f"policy_seed{seed}"
-    (cfg,) = parse_config([BootstrapConfig], ["--out", str(out), "--seed", str(seed), *shlex.split(args.bootstrap)])
-    return cfg
 
 
 def policy_for(seed: int, args: argparse.Namespace) -> Path:
@@ -91,7 +72,7 @@ def eval_world(args: argparse.Namespace) -> Path:
     from vprl.data.shapes import BuildConfig, build_dataset
 
     root = Path(args.out) / "shapes_eval"
-    wanted = {**EVAL_WORLD, **json.loads(args.eval_world or "{}")}
+    wanted = args.eval_world_sizes
     manifest = root / "manifest.json"
     if not (
         manifest.is_file() and all(json.loads(manifest.read_text())["config"].get(k) == v for k, v in wanted.items())
@@ -105,18 +86,7 @@ def train_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> di
 
     run_dir = Path(args.out) / f"seed{seed}" / arm
     started = time.time()
-    adapter = rl_main(
-        [
-            "--config", str(ARMS[arm]),
-            "--model_name_or_path", str(policy),
-            "--dataset_root", str(policy / "world"),
-            "--output_dir", str(run_dir),
-            "--seed", str(seed),
-            "--max_steps", str(args.max_steps),
-            *shlex.split(args.rl_args),
-            *shlex.split(args.arm_args.get(arm, "")),
-        ]
-    )  # fmt: skip
+    adapter = rl_main(rl_argv(seed, arm, policy, args))
     return {
         "seed": seed,
         "arm": arm,
@@ -155,15 +125,7 @@ def evaluate_seed(seed: int, policy: Path, records: list[dict], args: argparse.N
     out = Path(args.out) / f"seed{seed}" / "eval"
     adapters = ",".join(f"{r['arm']}={r['adapter']}" for r in records)
     seen = seen_file(seed, policy, args)
-    argv = [
-        "--config", str(EVAL_CONFIG),
-        "--policy", str(policy),
-        "--adapters", adapters,
-        "--shapes_root", str(eval_world(args)),
-        "--seen_from", str(seen),
-        "--out", str(out),
-        *shlex.split(args.eval_args),
-    ]  # fmt: skip
+    argv = eval_argv(policy, adapters, eval_world(args), seen, out, args)
     started = time.time()
     report = evaluate(parse_config([EvalConfig], argv)[0])
     return {
@@ -182,53 +144,22 @@ def evaluate_seed(seed: int, policy: Path, records: list[dict], args: argparse.N
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    """The records of an earlier call; one that is not a JSON object ends the call naming its line
+    (the file is the bench's own, but a hand edit or a full disk can break one)."""
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            fail(f"{path}:{i}: not valid JSON ({exc.msg}); remove the line to run it again")
+        if not isinstance(row, dict):
+            fail(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default: 0,1,2)")
-    parser.add_argument("--max_steps", type=int, default=250, help="RL steps of every arm (default: 250)")
-    parser.add_argument("--out", default="runs/transfer", help="folder of the policies, runs and figures")
-    parser.add_argument("--arms", default=DEFAULT_ARMS, help=f"comma list of {', '.join(ARMS)}")
-    parser.add_argument("--bootstrap", default=BOOTSTRAP, help="vprl.train.bootstrap arguments of every seed's policy")
-    parser.add_argument("--rl_args", default="", help="more vprl.train.rl arguments for every arm")
-    parser.add_argument(
-        "--arm_args",
-        action="append",
-        default=[],
-        help="more vprl.train.rl arguments for one arm, ARM=ARGS (repeatable), e.g. 'adapt_itm=--learning_rate 1e-3'",
-    )
-    parser.add_argument("--eval_args", default="", help="more vprl.train.evaluation arguments, e.g. '--limit 40'")
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads of RL (default 1: the tiny policy is fastest on one)"
-    )
-    parser.add_argument("--eval_world", default="", help='JSON sizes of the evaluation world, e.g. {"val": 40}')
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="bootstraps, RL runs and evaluations at once, each in its own process logging to <out>/logs "
-        "(default 1; each takes one CPU core at --threads 1)",
-    )
-    parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # one job of a --jobs call
-    args = parser.parse_args(argv)
-    pairs = [text.partition("=") for text in args.arm_args]
-    if any(not sep or name not in ARMS for name, sep, _ in pairs):
-        parser.error(f"--arm_args: expected ARM=ARGS with ARM one of {list(ARMS)}, got {args.arm_args}")
-    args.arm_args = {name: rest for name, _, rest in pairs}
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown or not arms:
-        parser.error(f"--arms: unknown {unknown}; valid: {list(ARMS)}")
-    if args.max_steps < 1:
-        parser.error("--max_steps: must be a positive integer")
-    if args.jobs < 1:
-        parser.error("--jobs: must be a positive integer")
-    world_seed = {**EVAL_WORLD, **json.loads(args.eval_world or "{}")}["seed"]
-    if world_seed in seeds:
-        parser.error(f"--seeds: {world_seed} is the evaluation world's seed; its items would be the training world's")
+    args, seeds, arms = parse_args(argv, __doc__.split("\n\n")[0])
     import torch
 
     torch.set_num_threads(args.threads)
@@ -238,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     done = read_jsonl(runs_file)
     stale = [r for r in done if r["arm"] in arms and r["seed"] in seeds and r["recipe"] != stamp(r["arm"], args)]
     if stale:
-        sys.exit(f"transfer: {[r['run_dir'] for r in stale]} were trained with another recipe; move them away first")
+        fail(f"{runs_file}: {[r['run_dir'] for r in stale]} were trained with another recipe; move them away first")
     if args.jobs > 1 and not args.stage:
         from bench.transfer_jobs import run_jobs
 

@@ -97,6 +97,21 @@ def _tiny_weight_recipe(env) -> str:
     return _write(env, "tiny_weight.yaml", yaml.safe_dump({**data, "dataset_mixture": TINY_WEIGHT}, sort_keys=False))
 
 
+TRANSFER = "bench/transfer.py"
+
+
+def _transfer(env, *argv: str) -> list[str]:
+    """bench/transfer.py's arguments with one bad value, writing to a folder that must not appear."""
+    return ["--seeds", "0", "--out", str(env["root"] / "transfer_out"), *argv]
+
+
+def _broken_runs_record(env) -> str:
+    out = env["root"] / "transfer_runs"
+    out.mkdir(exist_ok=True)
+    (out / "runs.jsonl").write_text("{seed: 0\n")
+    return str(out)
+
+
 # (case id, command: a module for `python -m` or a script path, argv built from the fixtures, a regex
 # the first line of stderr must match: the place of the bad value)
 CASES = [
@@ -179,6 +194,47 @@ CASES = [
         "vprl/train/rl.py",
         lambda e: ["--config", _tiny_weight_recipe(e)],
         r"dataset_mixture\.datasets\[1\] \(val\)\.weight: 1e-07 ",
+    ),
+    # bench/transfer.py (#37 item 6): each refused before a folder is made, --rl_args before the bootstrap
+    *[
+        (f"transfer-{name}", TRANSFER, lambda e, argv=argv: _transfer(e, *argv), place)
+        for name, argv, place in (
+            ("seeds", ["--seeds", "a,b"], r"--seeds: expected a comma list of integers, got 'a,b'"),
+            ("max-steps", ["--max_steps", "0"], r"--max_steps.*must be >= 1, got 0"),
+            ("threads", ["--threads", "0"], r"--threads: .*0"),
+            ("jobs", ["--jobs", "x"], r"--jobs: expected an integer, got 'x'"),
+            ("eval-world-json", ["--eval_world", "{val: 4}"], r"--eval_world: not valid JSON"),
+            ("eval-world-type", ["--eval_world", "[1]"], r"--eval_world: expected a JSON object"),
+            ("eval-world-key", ["--eval_world", '{"vall": 4}'], r"--eval_world: unknown key\(s\) \['vall'\]"),
+            (
+                "rl-args",
+                ["--rl_args", "--lerning_rate 0.1"],
+                r"--rl_args: command line: unknown key\(s\) \['lerning_rate'\]",
+            ),
+            ("rl-args-quote", ["--rl_args", "--run_name 'x"], r"--rl_args: .*No closing quotation"),
+            ("arm-args", ["--arm_args", "vqa=--max_steps many"], r"--arm_args vqa=\.\.\.: command line: --max_steps"),
+            ("bootstrap", ["--bootstrap", "--bogus 1"], r"--bootstrap: command line: unknown key\(s\) \['bogus'\]"),
+            ("eval-args", ["--eval_args", "--limit many"], r"--eval_args: command line: --limit: invalid int value"),
+            ("arms", ["--arms", "vqa,nope"], r"--arms: unknown \['nope'\]"),
+        )
+    ],
+    (
+        "transfer-out-is-a-file",
+        TRANSFER,
+        lambda e: _transfer(e, "--out", _write(e, "a_file", "")),
+        r"--out: .*a_file exists and is not a folder",
+    ),
+    (
+        "transfer-out-under-a-file",
+        TRANSFER,
+        lambda e: _transfer(e, "--out", _write(e, "a_file", "") + "/sub"),
+        r"--out: .*a_file/sub cannot be made: .*a_file is not a writable folder",
+    ),
+    (
+        "transfer-runs-record",
+        TRANSFER,
+        lambda e: _transfer(e, "--out", _broken_runs_record(e)),
+        r"runs\.jsonl:1: not valid JSON",
     ),
     # the recipe's other commands
     (
@@ -373,6 +429,15 @@ def test_bad_input_is_one_line_naming_the_place(env, command, make_argv, place, 
     assert "Traceback" not in err
     assert lines and lines[0].startswith("error: "), err
     assert re.search(place, lines[0]), f"{place!r} not in {lines[0]!r}"
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import:RuntimeWarning")
+def test_item6_bad_transfer_input_leaves_no_folder(env, monkeypatch, capsys):
+    out = env["root"] / "transfer_out"
+    for name, command, make_argv, _ in CASES:
+        if command == TRANSFER and "out" not in name:
+            assert run_main(command, make_argv(env), monkeypatch) == EXIT_BAD_INPUT, name
+            assert not out.exists(), f"{name} left {out} behind"
 
 
 def test_there_are_at_least_thirty_cases_over_every_command():
