@@ -15,13 +15,7 @@ Each name is imported on first use, so `import vprl` stays fast and loads neithe
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from typing import Any
-
-try:
-    __version__ = metadata.version("vprl")
-except metadata.PackageNotFoundError:  # a checkout on sys.path that was never installed
-    __version__ = "0+unknown"
 
 # public name -> the module that defines it
 _PUBLIC = {
@@ -46,6 +40,16 @@ __all__ = ["__version__", *_PUBLIC]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # Read on first use: importlib.metadata imports email and socket, and the sandbox supervisor
+        # (which imports vprl) would hand those to every program it forks.
+        from importlib import metadata
+
+        try:
+            globals()[name] = metadata.version("vprl")
+        except metadata.PackageNotFoundError:  # a checkout on sys.path that was never installed
+            globals()[name] = "0+unknown"
+        return globals()[name]
     if name not in _PUBLIC:
         raise AttributeError(f"module 'vprl' has no attribute {name!r}")
     value = getattr(importlib.import_module(_PUBLIC[name]), name)
@@ -54,4 +58,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+    return sorted({*globals(), *_PUBLIC, "__version__"})
