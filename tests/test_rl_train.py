@@ -200,7 +200,7 @@ def test_sigkill_then_the_same_command_resumes(tmp_path, assets):
         assert time.time() < deadline, "no checkpoint-2 within 240 s"
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group: trainer and its sandbox supervisor
+    os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group; its sandbox supervisor follows by PDEATHSIG
     proc.wait()
     before = RolloutLog.in_run(run).read()
     killed_at = max(
