@@ -1,7 +1,8 @@
-"""The vLLM generation path. vLLM is not installed on CPU machines, so a fake engine with vLLM's
-`LLM.generate` signature and output shape stands in for it: it records what the generator sends
-(token-id prompts, sampling parameters, LoRA requests) and answers with real program bodies. The
-test marked `vllm` runs the real engine on a GPU."""
+"""The vLLM generation path, what the generator sends. The main environment has no vLLM, so a fake
+engine with vLLM's `LLM.generate` signature and output shape records what the generator sends
+(token-id prompts, sampling parameters, LoRA requests) and answers with real program bodies. The real
+engine runs the same generator on the CPU in tests/test_vllm_cpu_engine.py (ReST serving a new adapter
+per iteration, an evaluation), and the test marked `vllm` here on a GPU."""
 
 from __future__ import annotations
 

@@ -289,7 +289,8 @@ def rest_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int]
     """The ReST loop of `vprl.train.rl` sampling with vLLM's offline engine, which serves each
     iteration's new adapter as a new LoRA request; after every sampling call, the engine with the
     adapter it served against the trained model with that adapter."""
-    from rl_tiny import write_recipe
+    import yaml
+    from rl_tiny import RECIPE_BASE
 
     from vprl.train.rl import main
     from vprl.train.sampling.vllm_engine import VLLMGenerator
@@ -313,8 +314,9 @@ def rest_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int]
         return out
 
     VLLMGenerator.generate = measured
-    recipe = write_recipe(
-        root / "rest.yaml",
+    online_only = ("num_generations", "max_completion_length")
+    recipe = root / "rest.yaml"
+    values = dict(
         algorithm="rest",
         model_name_or_path=str(policy),
         dataset_root=str(world),
@@ -330,6 +332,7 @@ def rest_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int]
         num_train_epochs=1,
         learning_rate=1e-2,
     )
+    recipe.write_text(yaml.safe_dump({**{k: v for k, v in RECIPE_BASE.items() if k not in online_only}, **values}))
     try:
         main(["--config", str(recipe)])
     finally:
@@ -367,6 +370,7 @@ def evaluation_path(entry: dict, root: Path, world: Path, policy: Path, adapter:
         layout="bare",
         limit=2,
         max_new_tokens=24,
+        datasets="shapes:val",
         modes="single",
         generator="vllm",
         vllm_kwargs=json.dumps(ENGINE_KWARGS),
@@ -395,13 +399,13 @@ def _greedy(tokens: int):
 def unit_test_writer_path(entry: dict, world: Path, policy: Path) -> None:
     """The unit-test writer's vLLM backend against its transformers backend, greedy, on the same
     prompts: the same text (both float32)."""
-    from vprl.rewards.unit_tests.llm_backends import BackendSettings, build_backend
+    from vprl.rewards.unit_tests.llm_backends import BackendSettings, build_text_backend
 
     prompts = probe_prompts(world)
     replies = {}
     for backend in ("vllm", "transformers"):
         settings = BackendSettings(model=str(policy), backend=backend, dtype="float32", chat_template=False)
-        replies[backend] = build_backend(settings).generate(prompts, _greedy(24))
+        replies[backend] = build_text_backend(settings).generate(prompts, _greedy(24))
     entry["replies"] = replies
 
 
@@ -411,6 +415,23 @@ def probe_prompts(world: Path) -> list[str]:
 
     template = PromptTemplate.from_config(PromptConfig(layout="bare"))
     return [template.build(q) for q in list(load_gold_programs(world)["vqa"])[:3]]
+
+
+def wait_until_healthy(server: Any, url: str, log: Path, wait_s: float = 300) -> None:
+    """Until the server answers; a server that exits is reported at once with its log's end."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(1)
+    raise RuntimeError(f"the server did not answer in {wait_s:.0f} s:\n{log.read_text()[-3000:]}")
 
 
 def server_path(entry: dict, out: Path, policy: Path, ids: list[int]) -> None:
@@ -430,7 +451,8 @@ def server_path(entry: dict, out: Path, policy: Path, ids: list[int]) -> None:
     with open(out / "server.log", "w") as log:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            client = VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=240)
+            wait_until_healthy(server, f"http://127.0.0.1:{port}/health/", out / "server.log")
+            client = VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=10)
             out = client.generate([ids[:30], ids[:40]], n=2, temperature=1.0, max_tokens=16, logprobs=0)
             model = AutoModelForCausalLM.from_pretrained(str(policy), dtype="float32")
             differences = []
@@ -477,7 +499,7 @@ def main(out: Path, only: tuple[str, ...] = PATHS) -> None:
         "rloo_lora": lambda e: rl_path(e, out, world, policy, ids, "rloo_lora", algorithm="rloo", top_p=1.0),
         "trl_full": lambda e: stock_trl_full_path(e, out, policy, ids),
         "rest": lambda e: rest_path(e, out, world, policy, ids),
-        "evaluation": lambda e: evaluation_path(e, out, world, policy, str(out / "rest" / "adapter")),
+        "evaluation": lambda e: evaluation_path(e, out, world, policy, str(out / "grpo_lora_top_p" / "adapter")),
         "unit_test_writer": lambda e: unit_test_writer_path(e, world, policy),
         "server": lambda e: server_path(e, out, policy, ids),
     }

