@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import errno
 import sys
-from dataclasses import dataclass, replace
 
+from probe_kit import K, P, Probe, answer_is, errno_of
+from signal_probes import SIGNAL_OUTSIDE
 from test_sandbox import SECRET_ANSWER, SECRET_ENV
 
 from vprl.executor.sandbox import seccomp
@@ -17,27 +18,6 @@ from vprl.executor.sandbox import seccomp
 PWNED = "/tmp/vprl_pwned"  # no probe may create this on the host
 TIMEOUT = 1.0
 MAX_RPCS = 30
-
-
-@dataclass(frozen=True)
-class Probe:
-    name: str
-    category: str
-    body: str  # body of execute_command(image), indented by 4
-    allowed: frozenset[str]
-    check: object = None  # optional callable(result) -> None
-
-
-def P(name, category, body, allowed, check=None):
-    return Probe(name, category, body.strip("\n"), frozenset(allowed.split()), check)
-
-
-def answer_is(value):
-    def check(result):
-        if result.status == "ok":
-            assert result.answer == value
-
-    return check
 
 
 def no_secret(result):
@@ -52,17 +32,6 @@ def _nr(name):
         return -1
 
 
-def K(name, body, answer=errno.EPERM):
-    """A kernel-interface probe: raw syscalls through ctypes (importable in a sandbox); the filter
-    must make each fail with `answer` (the probe returns the errno), and nothing else may happen."""
-    prelude = "    import ctypes, os\n    libc = ctypes.CDLL(None, use_errno=True)\n"
-    return P(name, "kernel", prelude + body.strip("\n"), "ok", answer_is(answer))
-
-
-def errno_of(call):
-    return f"    r = {call}\n    return ctypes.get_errno() if r == -1 else ['succeeded', r]"
-
-
 # Reading back a key that add_key left would prove a keyring shared across programs of one slot uid.
 ADD_KEY_READ_BACK = (
     "    key = libc.syscall({add_key}, b'user', b'vprl-leak', b'answer', 6, {ring})\n"
@@ -72,47 +41,6 @@ ADD_KEY_READ_BACK = (
 )
 # A raw clone or clone3 that got through returns 0 in a second copy of this program: it must leave at once.
 CLONE_CHILD_EXITS = "    if r == 0:\n        os._exit(0)\n"
-# fcntl commands and ioctls that name whom a descriptor's I/O signal goes to.
-F_SETFL, F_GETFL, F_SETOWN, F_SETSIG, F_SETOWN_EX, F_OWNER_PID, F_OWNER_PGRP = 4, 3, 8, 10, 15, 1, 2
-FIOASYNC, FIOSETOWN, SIOCSPGRP, O_ASYNC = 0x5452, 0x8901, 0x8902, 0o20000
-
-
-def sigio_trick(name: str, target: str, category: str = "signal_outside") -> Probe:
-    """A pipe whose owner is `target` (a pid, or minus a process group), SIGKILL as its I/O signal,
-    O_ASYNC on, one byte written: had any step gone through, the kernel would have sent the signal
-    with the program's credentials. Each step must be refused; the damage check is the caller's
-    (the supervisor and the runner still alive, a later program still answers)."""
-    body = (
-        "    import ctypes, os\n    libc = ctypes.CDLL(None, use_errno=True)\n    r, w = os.pipe()\n"
-        f"    steps = [libc.fcntl(r, {F_SETOWN}, {target}), libc.fcntl(r, {F_SETSIG}, 9),\n"
-        f"             libc.fcntl(r, {F_SETFL}, libc.fcntl(r, {F_GETFL}) | {O_ASYNC})]\n"
-        "    got = [ctypes.get_errno() if step == -1 else 'went through' for step in steps]\n"
-        "    os.write(w, b'x')\n    return got"
-    )
-    return P(name, category, body, "ok", answer_is([errno.EPERM] * 3))
-
-
-def signal_owner_probes(target: str, suffix: str) -> list[Probe]:
-    """Each other way of naming `target` as a descriptor's signal owner, one probe each."""
-    pipe = "    r, w = os.pipe()\n"
-    owner_ex = f"ctypes.create_string_buffer(struct.pack('=ii', {F_OWNER_PGRP}, {target}))"
-    probes = [
-        K(
-            f"f_setown_ex_{suffix}",
-            f"    import struct\n{pipe}" + errno_of(f"libc.fcntl(r, {F_SETOWN_EX}, {owner_ex})"),
-        ),
-        *(
-            K(f"{name}_{suffix}", pipe + errno_of(f"libc.ioctl(r, {request}, ctypes.byref(ctypes.c_int({arg})))"))
-            for name, request, arg in (
-                ("fioasync", FIOASYNC, 1),
-                ("fiosetown", FIOSETOWN, target),
-                ("siocspgrp", SIOCSPGRP, target),
-            )
-        ),
-    ]
-    return [replace(probe, category="signal_outside") for probe in probes]
-
-
 PROBES = [
     # -- time ---------------------------------------------------------------------------------
     P("busy_loop", "time", "    while True:\n        pass", "timeout"),
@@ -202,14 +130,7 @@ PROBES = [
         "ok runtime_error",
         answer_is(1),
     ),
-    # -- signalling something outside, through a descriptor's I/O signal ----------------------
-    # The full sandbox's pid namespace hides outside pids (its parent is pid 0, pid 1 is its own
-    # init or itself); the restricted one has no namespace. Both must refuse every step.
-    sigio_trick("sigio_kill_parent", "os.getppid()"),
-    sigio_trick("sigio_kill_parent_group", "-os.getpgid(os.getppid())"),
-    # Never written to: had it gone through, the machine's init would not even have been asked.
-    replace(K("f_setown_pid_1", errno_of(f"libc.fcntl(os.pipe()[0], {F_SETOWN}, 1)")), category="signal_outside"),
-    *signal_owner_probes("os.getppid()", "parent"),
+    *SIGNAL_OUTSIDE,
     # #37 item 7: an error of the interpreter's own names the module's file; not the host's path to it.
     P(
         "item_7_import_name_error_names_no_host_path",

@@ -27,8 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hostile_probes import F_GETFL, F_OWNER_PGRP, F_OWNER_PID, F_SETFL, F_SETOWN, F_SETOWN_EX, F_SETSIG, O_ASYNC  # noqa: E402
 from node_kinds import become  # noqa: E402
+from signal_probes import F_GETFL, F_OWNER_PGRP, F_OWNER_PID, F_SETFL, F_SETOWN, F_SETOWN_EX, F_SETSIG, O_ASYNC  # noqa: E402
 from test_sandbox import make_world  # noqa: E402
 
 from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402

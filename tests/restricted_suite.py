@@ -27,19 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hostile_probes import (  # noqa: E402
-    CLONE_CHILD_EXITS,
-    MAX_RPCS,
-    PROBES,
-    TIMEOUT,
-    K,
-    P,
-    errno_of,
-    sigio_trick,
-    signal_owner_probes,
-    source_of,
-)
+from hostile_probes import CLONE_CHILD_EXITS, MAX_RPCS, PROBES, TIMEOUT, source_of  # noqa: E402
 from node_kinds import become  # noqa: E402
+from probe_kit import K, P, errno_of  # noqa: E402
+from signal_probes import sigio_trick, signal_owner_probes  # noqa: E402
 from test_sandbox import SECRET_ANSWER, SECRET_ENV, make_world  # noqa: E402
 
 from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402
