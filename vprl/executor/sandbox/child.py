@@ -25,6 +25,7 @@ import resource
 import signal
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vprl.executor.api import SourceImage, bind_client
@@ -307,7 +308,7 @@ def _become(uid: int) -> None:
 _HOST_PREFIXES = sorted(
     {
         **{prefix: "<python>" for prefix in (sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)},
-        os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))): "<vprl>",
+        str(Path(__file__).resolve().parents[3]): "<vprl>",
     }.items(),
     key=lambda item: -len(item[0]),
 )

@@ -3,10 +3,10 @@
 Every program runs as a uid of its slot's own, and each slot takes its uids in turn from a range of
 `UIDS_PER_SLOT`: RLIMIT_NPROC counts a uid's processes system-wide, so a program must not share its
 uid with the processes of the slot's previous program, which may still be dying (a fork bomb's
-children) when the next one starts. Those uids used to be the same fixed numbers in every executor, so two executors on
-one machine (two ranks of a run) ran programs under the same uids: a program of one could then
-signal the other's programs (the kernel lets a uid signal its own processes), and its processes
-counted against the other's RLIMIT_NPROC.
+children) when the next one starts. Those uids used to be the same fixed numbers in every
+executor, so two executors on one machine (two ranks of a run) ran programs under the same uids: a
+program of one could then signal the other's programs (the kernel lets a uid signal its own
+processes), and its processes counted against the other's RLIMIT_NPROC.
 
 So each supervisor claims its slots' ranges from the machine's pool, one lock file per range in a
 run-time folder of root's, held with `flock` for as long as the supervisor lives. The kernel drops
