@@ -104,7 +104,8 @@ def parse_args(argv: list[str] | None, description: str) -> tuple[argparse.Names
             shlex.split(text)
         except ValueError as exc:
             fail(f"--{option.split()[0]}: {text!r}: {exc}")
-    _check_stages(args, seeds, arms)
+    if not args.stage:  # a job of a --jobs call: its parent checked these very arguments
+        _check_stages(args, seeds, arms)
     return args, seeds, arms
 
 
