@@ -5,7 +5,9 @@ and the next part runs; what was measured is on disk after each part; the budget
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 from side_transformers import REPO, side_env, side_version
 
 SCRIPT = "bench/gpu/acceptance.py"
-PARTS = ["preflight", "world", "policy", "step", "tools", "execution", "tool_speed", "layout", "vipergpt", "grpo_trl"]
+PARTS = ["preflight", "world", "policy", "step", "tools", "execution", "tool_speed", "layout", "vipergpt", "codegemma_step", "grpo_trl"]  # fmt: skip
 GPU_MACHINE_LACKS = "trl,datasets,dill,multiprocess,vllm"
 
 
@@ -48,6 +50,9 @@ def check_measurements(rows: list[dict]) -> None:
     layout = {r["component"]: r for r in of["layout"]}
     assert {"policy (training)", "tool vqa, caption", "per training GPU"} <= set(layout)
     assert all(r["predicted_gib"] > 0 for r in layout.values())
+    gemma = of["codegemma_step"]  # #34 item 10: CodeGemma's vocabulary, one step
+    assert gemma[0]["what"] == "built" and [r["what"] for r in gemma[1:]] == ["generation", "log-prob pass", "forward/backward"]  # fmt: skip
+    assert gemma[1]["new_tokens"] > 0 and all(r["seconds"] > 0 for r in gemma[1:])
 
 
 def check_markdown(out: Path, rows: list[dict]) -> None:
@@ -107,14 +112,63 @@ def test_the_results_are_on_disk_after_each_part_when_the_run_is_killed(tmp_path
     assert "| policy | ok |" in (tmp_path / "results.md").read_text()
 
 
-def test_the_budget_skips_what_no_longer_fits_and_the_plan_in_the_help_fits_eight_minutes(tmp_path):
+def test_the_budget_skips_what_no_longer_fits_and_the_plan_in_the_help_fits_nine_minutes(tmp_path):
     proc, rows = acceptance(tmp_path, "--budget_s", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     status = outcomes(rows)
     assert status.pop("preflight")["status"] == "ok"
     assert all(s["status"] == "skipped" and s["reason"].startswith("budget") for s in status.values())
     plan = next(r for r in rows if r["what"] == "run")["plan"]
-    assert list(plan) == PARTS and sum(plan.values()) <= 8 * 60
+    assert list(plan) == PARTS and sum(plan.values()) <= 9 * 60
     helptext = subprocess.run([sys.executable, SCRIPT, "--help"], cwd=REPO, capture_output=True, text=True).stdout
     stated = dict(re.findall(r"^\s{4}(\w+)\s+(\d+)\s{2}", helptext, re.MULTILINE))
     assert {k: float(v) for k, v in stated.items()} == plan
+
+
+def test_item10_the_preflight_records_pillow_and_opencv():
+    """#34 item 10: the shapes world and every image processor need Pillow, the shapes tools OpenCV;
+    the preflight did not say whether the machine has them."""
+    sys.path.insert(0, str(REPO))
+    from bench.gpu.preflight import versions
+
+    found = versions([])
+    assert found["pillow"] == importlib.metadata.version("pillow")
+    assert found["opencv-python-headless"] == importlib.metadata.version("opencv-python-headless")
+
+
+def _wheelhouse(tmp_path: Path, **env: str) -> list[list[str]]:
+    """bench/gpu/wheelhouse.sh with a stand-in pip that records what it was asked to download."""
+    tmp_path.mkdir()
+    log = tmp_path / "pip.jsonl"
+    env.setdefault("WHEELHOUSE", str(tmp_path / "wheelhouse"))
+    fake = tmp_path / "pip"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\nopen({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
+    fake.chmod(0o755)
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # python3: this venv's, which has trl
+    proc = subprocess.run(["bash", "bench/gpu/wheelhouse.sh"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": path, "PIP": str(fake), **env})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_item10_the_wheelhouse_fetches_opencv_unless_the_image_has_it(tmp_path):
+    """#34 item 10: wheelhouse.sh assumed opencv on the GPU image."""
+    wanted = [args[-1].split("==")[0] for args in _wheelhouse(tmp_path / "bare")]
+    assert "opencv-python-headless" in wanted and "trl" in wanted
+    image = tmp_path / "image.txt"
+    image.write_text("numpy==2.1.0\nopencv-python-headless==4.10.0.84\n")
+    wanted = [args[-1].split("==")[0] for args in _wheelhouse(tmp_path / "with", IMAGE_PACKAGES=str(image))]
+    assert "opencv-python-headless" not in wanted and "trl" in wanted
+
+
+def test_item10_the_docs_parts_example_runs_every_part_it_names(tmp_path):
+    """docs/gpu.md's `--parts` example skipped `step` (it needs `world` and `policy`)."""
+    text = (REPO / "docs/gpu.md").read_text()
+    (example,) = re.findall(r"`--parts ([\w,]+)`", text)
+    proc, rows = acceptance(tmp_path, "--parts", example)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {p: s["status"] for p, s in outcomes(rows).items()} == dict.fromkeys(
+        ["preflight", *example.split(",")], "ok"
+    )

@@ -113,23 +113,30 @@ def params_b(model: Any) -> float:
     return round(sum(p.numel() for p in model.parameters()) / 1e9, 3)
 
 
-def policy(scale: str, out: Path, corpus: list[str], device: str, dtype: Any) -> tuple[Any, Any]:
-    """(model, tokenizer): a random Llama of the policy's size and a tokenizer trained on `corpus` (the
-    prompts and programs, so a prompt takes about as many tokens as under a code model's own). `out`
-    gets the config and tokenizer: what the layout check and trl read."""
+def policy(
+    scale: str, out: Path, corpus: list[str], device: str, dtype: Any, family: str = "policy"
+) -> tuple[Any, Any]:
+    """(model, tokenizer): a random model of the policy's size (`family`: "policy", CodeLlama's Llama,
+    or "codegemma", a Gemma) and a tokenizer trained on `corpus` (the prompts and programs, so a prompt
+    takes about as many tokens as under a code model's own; it uses the first ids of the model's
+    vocabulary, while the logits span all of it). `out` gets the config and tokenizer: what the layout
+    check and trl read."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM
 
     from vprl.train.policy.tiny import train_tokenizer
 
-    size = sizes(scale)["policy"]
+    size = sizes(scale)[family]
+    config_class, model_class = (
+        (GemmaConfig, GemmaForCausalLM) if family == "codegemma" else (LlamaConfig, LlamaForCausalLM)
+    )
     tokenizer = train_tokenizer(
         corpus, vocab_size=min(size["vocab_size"], 4096), context=size["max_position_embeddings"]
     )
-    config = LlamaConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, **size)  # fmt: skip
+    config = config_class(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                          pad_token_id=tokenizer.pad_token_id, **size)  # fmt: skip
     torch.manual_seed(0)
-    model = instantiate(LlamaForCausalLM, config, device, dtype)
+    model = instantiate(model_class, config, device, dtype)
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))

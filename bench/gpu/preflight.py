@@ -14,8 +14,10 @@ from typing import Any
 
 from bench.gpu.context import GIB, REPO, Context
 
+# pillow: the shapes world and every image processor need it; opencv: the shapes tools.
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "tokenizers", "huggingface_hub",
-            "safetensors", "vllm", "bitsandbytes", "numpy", "pyarrow", "pandas", "xxhash", "dill", "multiprocess")  # fmt: skip
+            "safetensors", "vllm", "bitsandbytes", "numpy", "pyarrow", "pandas", "xxhash", "dill", "multiprocess",
+            "pillow", "opencv-python-headless")  # fmt: skip
 # Ours last: `vprl.train.rl` needs trl and datasets, the executor and the layout check do not.
 MODULES = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "vprl.executor.runner",
            "vprl.executor.tools.hf", "vprl.train.prompts", "vprl.train.recipe.layout", "vprl.train.recipe.trainer_args", "vprl.train.rl")  # fmt: skip

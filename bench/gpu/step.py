@@ -60,6 +60,17 @@ def world(ctx: Context) -> None:
 
 def policy(ctx: Context) -> None:
     """The policy at the recipe's size, on the GPU in bf16, LoRA-wrapped as the recipe says."""
+    model, tokenizer, figures = lora_policy(ctx, "policy")
+    ctx.measured["policy weights"] = figures["resident_gib"]
+    prompts = ctx.need("prompts", "world")
+    lengths = [len(tokenizer(p)["input_ids"]) for p in prompts]
+    ctx.built.update(policy=model, tokenizer=tokenizer, policy_dir=ctx.root / "policy")
+    ctx.rec.write("policy", "built", **figures, prompt_tokens=lengths, prompt_chars=[len(p) for p in prompts])
+
+
+def lora_policy(ctx: Context, family: str) -> tuple[Any, Any, dict[str, Any]]:
+    """A policy of `family`'s size (bench/gpu/sizes.yaml) built on the device, LoRA-wrapped as the
+    recipe says; its config and tokenizer go to <root>/<family>."""
     from peft import LoraConfig, get_peft_model
 
     prompts, programs = ctx.need("prompts", "world"), ctx.need("programs", "world")
@@ -67,7 +78,7 @@ def policy(ctx: Context) -> None:
     before = allocated_gib(ctx.cuda)
     t0 = time.perf_counter()
     corpus = [*prompts, *(p for _, p in programs)]
-    model, tokenizer = models.policy(ctx.scale, ctx.root / "policy", corpus, ctx.device, ctx.dtype)
+    model, tokenizer = models.policy(ctx.scale, ctx.root / family, corpus, ctx.device, ctx.dtype, family)
     built_s = time.perf_counter() - t0
     if r.get("activation_checkpointing"):
         # Non-reentrant: the inputs of a LoRA-wrapped frozen base need no grad for it to work.
@@ -76,21 +87,48 @@ def policy(ctx: Context) -> None:
                       target_modules=list(r["lora_target_modules"]), bias="none", task_type="CAUSAL_LM")  # fmt: skip
     model = get_peft_model(model, lora)  # dropout 0: the recipe's disable_dropout
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    resident = allocated_gib(ctx.cuda) - before
-    ctx.measured["policy weights"] = resident
-    lengths = [len(tokenizer(p)["input_ids"]) for p in prompts]
-    ctx.built.update(policy=model, tokenizer=tokenizer, policy_dir=ctx.root / "policy")
-    ctx.rec.write("policy", "built", params_b=models.params_b(model), lora_params_m=round(trainable / 1e6, 2),
-                  resident_gib=round(resident, 3), seconds=round(built_s, 2), device=ctx.device,
-                  dtype=str(ctx.dtype).removeprefix("torch."), prompt_tokens=lengths,
-                  prompt_chars=[len(p) for p in prompts], activation_checkpointing=bool(r.get("activation_checkpointing")))  # fmt: skip
+    figures = dict(params_b=models.params_b(model), lora_params_m=round(trainable / 1e6, 2),
+                   resident_gib=round(allocated_gib(ctx.cuda) - before, 3), seconds=round(built_s, 2),
+                   device=ctx.device, dtype=str(ctx.dtype).removeprefix("torch."),
+                   activation_checkpointing=bool(r.get("activation_checkpointing")))  # fmt: skip
+    return model, tokenizer, figures
 
 
 def step(ctx: Context) -> None:
     """`ctx.steps` steps (the first warms up kernels and the allocator); one record per phase."""
+    model, tok = ctx.need("policy", "policy"), ctx.need("tokenizer", "policy")
+    out, seconds, peak = run_steps(ctx, "step", model, tok, ctx.steps)
+    ctx.measured["policy (training)"] = peak
+    ctx.built["step_seconds"] = seconds
+    ctx.built["completions"] = out
+
+
+def codegemma_step(ctx: Context) -> None:
+    """CodeGemma's shape: the step again with a Gemma of codegemma-7b's size, whose vocabulary of
+    256,000 (8x CodeLlama's) makes the logits of the log-probability pass and the backward, and of
+    the top_p correction, 8x larger. One step: its peak memory is the figure, the time is cold."""
+    import gc
+
+    model, tok, figures = lora_policy(ctx, "codegemma")
+    ctx.rec.write("codegemma_step", "built", **figures)
+    try:
+        run_steps(ctx, "codegemma_step", model, tok, 1)
+    finally:
+        del model
+        gc.collect()
+        if ctx.cuda:
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def run_steps(
+    ctx: Context, part: str, model: Any, tok: Any, steps: int
+) -> tuple[list[list[int]], dict[str, float], float]:
+    """`steps` GRPO-shaped steps recorded under `part`: the last step's completions, its phases' seconds,
+    and the peak memory of forward/backward."""
     import torch
 
-    model, tok = ctx.need("policy", "policy"), ctx.need("tokenizer", "policy")
     prompts = ctx.need("prompts", "world")
     s = shape(ctx)
     r = ctx.recipe
@@ -101,8 +139,9 @@ def step(ctx: Context) -> None:
     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
     attention = (torch.arange(width, device=device)[None, :] >= torch.tensor([width - len(x) for x in ids], device=device)[:, None]).long()  # fmt: skip
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(r["learning_rate"]))
-    for i in range(1, ctx.steps + 1):
-        label = f"step {i}" + (" (warm-up)" if i == 1 and ctx.steps > 1 else "")
+    peak = 0.0
+    for i in range(1, steps + 1):
+        label = f"step {i}" + (" (warm-up)" if i == 1 and steps > 1 else "")
         model.eval()
         with torch.no_grad(), Peak(ctx.cuda) as mem:
             t0 = time.perf_counter()
@@ -113,7 +152,7 @@ def step(ctx: Context) -> None:
             _sync(ctx)
             gen_s = time.perf_counter() - t0
         new = out.shape[1] - width
-        ctx.rec.write("step", "generation", step=label, sequences=len(ids), prompt_tokens=width, new_tokens=new,
+        ctx.rec.write(part, "generation", step=label, sequences=len(ids), prompt_tokens=width, new_tokens=new,
                       seconds=round(gen_s, 3), tokens_per_s=round(len(ids) * new / gen_s, 1),
                       peak_gib=mem.gib, over_start_gib=mem.over_start_gib)  # fmt: skip
         full_mask = torch.cat([attention, torch.ones_like(out[:, width:])], dim=1)
@@ -123,7 +162,7 @@ def step(ctx: Context) -> None:
             old = [completion_logps(model, out[b], full_mask[b], new) for b in batches]
             _sync(ctx)
             lp_s = time.perf_counter() - t0
-        ctx.rec.write("step", "log-prob pass", step=label, micro_batches=len(batches), seconds=round(lp_s, 3),
+        ctx.rec.write(part, "log-prob pass", step=label, micro_batches=len(batches), seconds=round(lp_s, 3),
                       peak_gib=mem.gib, over_start_gib=mem.over_start_gib)  # fmt: skip
         model.train()
         advantages = torch.randn(len(ids), device=device)
@@ -141,11 +180,11 @@ def step(ctx: Context) -> None:
             optimizer.zero_grad(set_to_none=True)
             _sync(ctx)
             fb_s = time.perf_counter() - t0
-        ctx.measured["policy (training)"] = max(ctx.measured.get("policy (training)", 0.0), mem.gib)
-        ctx.rec.write("step", "forward/backward", step=label, micro_batches=len(batches), tokens=int(full_mask.sum()),
+        peak = max(peak, mem.gib)
+        ctx.rec.write(part, "forward/backward", step=label, micro_batches=len(batches), tokens=int(full_mask.sum()),
                       seconds=round(fb_s, 3), peak_gib=mem.gib, over_start_gib=mem.over_start_gib)  # fmt: skip
-        ctx.built["step_seconds"] = {"generation": gen_s, "log-prob pass": lp_s, "forward/backward": fb_s}
-    ctx.built["completions"] = out[:, width:].tolist()
+        seconds = {"generation": gen_s, "log-prob pass": lp_s, "forward/backward": fb_s}
+    return out[:, width:].tolist(), seconds, peak
 
 
 def completion_logps(model: Any, ids: Any, mask: Any, completion: int) -> Any:

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The packages a bare CUDA machine (torch, transformers, peft, accelerate, opencv, scikit-image already
-# there) lacks for the grpo_trl part of bench/gpu/acceptance.py (every other part runs without them),
-# as wheels for its Python, in bench/gpu/wheelhouse/ (kept out of git; copied along with the
-# checkout). Run it where pip can reach the package index:
+# The packages a bare CUDA machine (torch, transformers, peft, accelerate there) lacks for
+# bench/gpu/acceptance.py, as wheels for its Python, in bench/gpu/wheelhouse/ (kept out of git; copied
+# along with the checkout): trl and datasets for the grpo_trl part, and opencv-python-headless, which
+# the shapes tools import (the world's segmentation), unless the image has it. No part imports
+# scikit-image. Run it where pip can reach the package index:
 #
 #   bench/gpu/wheelhouse.sh [PYTHON_VERSION]        # default 3.12, the GPU image's
+#   IMAGE_PACKAGES=image-freeze.txt bench/gpu/wheelhouse.sh   # `pip list --format=freeze` of the image:
+#                                                             # what it lists is not fetched
 #
 # and on the GPU machine, before the acceptance:
 #
@@ -14,16 +17,26 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${1:-3.12}
 PIP=${PIP:-python3 -m pip}
+OUT=${WHEELHOUSE:-$(pwd)/wheelhouse}  # where the wheels go (a test points it elsewhere)
 version() { python3 -c "import importlib.metadata as m; print(m.version('$1'))"; }
-rm -rf wheelhouse
-mkdir -p wheelhouse
+rm -rf "$OUT"
+mkdir -p "$OUT"
 # Pure-python packages at the versions this checkout was tested with (the ones installed here).
 for package in trl datasets dill multiprocess; do
     $PIP download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
-        --platform manylinux2014_x86_64 --platform any -d wheelhouse "$package==$(version "$package")"
+        --platform manylinux2014_x86_64 --platform any -d "$OUT" "$package==$(version "$package")"
 done
-size=$(du -sm wheelhouse | cut -f1)
-echo "wheelhouse: $(find wheelhouse -name '*.whl' | wc -l) wheels, ${size} MiB in $(pwd)/wheelhouse"
+# Binary packages the image may lack, fetched unless IMAGE_PACKAGES lists them (no list: fetched).
+on_image() { [[ -n ${IMAGE_PACKAGES:-} ]] && grep -qi -E "^$1==" "$IMAGE_PACKAGES"; }
+package=opencv-python-headless
+if on_image "$package"; then
+    echo "wheelhouse: $package is on the image ($IMAGE_PACKAGES), not fetched"
+else
+    $PIP download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
+        --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d "$OUT" "$package==$(version "$package")"
+fi
+size=$(du -sm "$OUT" | cut -f1)
+echo "wheelhouse: $(find "$OUT" -name '*.whl' | wc -l) wheels, ${size} MiB in $OUT"
 if [[ $size -ge 60 ]]; then
     echo "wheelhouse: over 60 MiB, too large to travel with the checkout" >&2
     exit 1
