@@ -162,10 +162,10 @@ class BatchRunner:
         try:
             visual_ref, inputs = self._inputs(example)
         except (OSError, ValueError) as exc:
+            # The dataset's fault, not the program's: masked, named so the example can be fixed or dropped.
             what = "video" if example.task == "video_qa" else "image"
-            return _resolved(
-                loop, ExecutionResult(example.id, pkey, "infra_error", error=f"{what}: {exc}"[:MAX_ERROR])
-            )
+            error = f"example {example.id}: {what} {exc}"
+            return _resolved(loop, ExecutionResult(example.id, pkey, "infra_error", error=error[:MAX_ERROR]))
         key = (example.id, visual_ref, pkey)
         if key in self._memo:
             self._memo.move_to_end(key)

@@ -8,12 +8,15 @@ plain JSON.
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vprl.data.safe_files import RefusedFile, open_image_file
 from vprl.executor.tools.errors import ToolUnavailable
 
 
@@ -36,18 +39,35 @@ class ImageInfo:
         return self.pixels
 
 
+def read_image_file(path: str | Path) -> bytes:
+    """An image file's bytes, read only if it is a regular file under the size cap, opened without
+    blocking: a dataset row may name a FIFO (an open would hang the reward call) or a device
+    (`/dev/zero` never ends). `RefusedFile` (a ValueError) names the path and the reason. Dataset
+    images live anywhere on the machine, so no folder is ruled out; a relative path is the working
+    directory's, as the loaders give it."""
+    return open_image_file(path, roots=[os.sep], base=os.getcwd())
+
+
+def _opened(data: bytes, path: str | Path):
+    from PIL import Image
+
+    try:
+        return Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:  # an Exception, not an OSError: the trainer would see it
+        raise RefusedFile(path, f"not an image to decode ({exc})") from None
+
+
 def load_rgb(path: str | Path):
     """Read an image file as a (H, W, 3) uint8 numpy array."""
     import numpy as np
-    from PIL import Image
 
-    with Image.open(path) as im:
+    with _opened(read_image_file(path), path) as im:
         return np.asarray(im.convert("RGB"))
 
 
-def file_ref(path: str | Path) -> str:
-    """Content hash of an image file: the cache key part that names the image."""
-    return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:20]
+def bytes_ref(data: bytes) -> str:
+    """Content hash of an image file's bytes: the cache key part that names the image."""
+    return hashlib.sha1(data).hexdigest()[:20]
 
 
 def array_ref(pixels) -> str:
@@ -79,14 +99,13 @@ class ImageStore:
         self._pins: dict[str, int] = {}
 
     def add_file(self, path: str | Path, image_id: str | None = None) -> ImageInfo:
-        from PIL import Image
-
         path = Path(path)
         if not path.exists():
-            raise FileNotFoundError(f"image file {path} does not exist")
-        ref = file_ref(path)
+            raise FileNotFoundError(f"{path} does not exist")
+        data = read_image_file(path)
+        ref = bytes_ref(data)
         if ref not in self._by_ref:
-            with Image.open(path) as im:
+            with _opened(data, path) as im:
                 width, height = im.size
             self._by_ref[ref] = ImageInfo(ref, width, height, str(path), image_id or path.stem)
         self._keep(ref)
