@@ -271,3 +271,34 @@ def test_export_card_carries_licence_prompt_and_evaluation(tmp_path, base_path):
     assert "<QUESTION>" in card.text and "## Evaluation" in card.text
     with pytest.raises(SystemExit):
         main(["--run", str(run), "--out", str(tmp_path / "o2"), "--evaluation", str(tmp_path / "missing")])
+
+
+@pytest.mark.parametrize("failure", ["offline", "unreachable"])
+def test_item6_a_failed_push_is_one_line_and_export_json_says_not_pushed(
+    tmp_path, base_path, monkeypatch, capsys, failure
+):
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    class Unreachable:
+        def create_repo(self, *args, **kwargs):
+            raise OSError(101, "Network is unreachable") if failure == "offline" else _connect_error()
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Unreachable)
+    run, out = tmp_path / "run", tmp_path / "out"
+    _make_run(run, base_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--run", str(run), "--out", str(out), "--push-to-hub", "someone/vprl-tiny"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]  # the policy's loading bars come first
+    assert exit_.value.code == 2 and "Traceback" not in err, err
+    assert lines[-1].startswith("error: --push-to-hub someone/vprl-tiny: the push failed ("), lines[-1]
+    record = json.loads((out / "export.json").read_text())
+    assert record["pushed"] is None and "unreachable" in record["push_error"].lower()
+
+
+def _connect_error():
+    """What huggingface_hub's client raises with the network unreachable: its transport's error, no OSError."""
+    import httpx
+
+    return httpx.ConnectError("[Errno 101] Network is unreachable")

@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +235,7 @@ class ExportResult:
     merged: str | None
     pushed: str | None
     weights_sha256: str
+    push_error: str | None = None  # why --push-to-hub failed; `pushed` is then None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -303,14 +304,28 @@ def export_run(
     card.save(str(out / "README.md"))
     if merged_dir:
         card.save(str(merged_dir / "README.md"))
-    # export.json travels with the push, naming its destination; the local copy then gets the commit URL.
+    # export.json travels with the push, naming its destination; the local copy then gets the commit
+    # URL, or, when the push failed, says it was not pushed and why.
     if push_to:
-        result = ExportResult(**{**result.to_json(), "pushed": push_to})
-    (out / "export.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+        result = replace(result, pushed=push_to)
+    _write_export_json(out, result)
     if push_to:
-        result = ExportResult(**{**result.to_json(), "pushed": push(out, push_to, private=private, api=api)})
-        (out / "export.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+        try:
+            where = push(out, push_to, private=private, api=api)
+        except Exception as exc:  # noqa: BLE001 — the Hub client raises its transport's errors (httpx), not OSError
+            why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": ")
+            _write_export_json(out, replace(result, pushed=None, push_error=why))
+            raise ExportError(
+                f"--push-to-hub {push_to}: the push failed ({why}); the export is in {out}, "
+                "its export.json says it was not pushed"
+            ) from None
+        result = replace(result, pushed=where)
+        _write_export_json(out, result)
     return result
+
+
+def _write_export_json(out: Path, result: ExportResult) -> None:
+    (out / "export.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
