@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rl_tiny import build_policy, build_world
+from fixed_policy import build_fixed_policy
+from rl_tiny import build_world
 
 from vprl.executor.runner_config import RunnerConfig
 from vprl.executor.tools import stack
@@ -39,9 +40,35 @@ def world(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def policy(world, tmp_path_factory, one_torch_thread):
-    # 100 fitting steps: at trl's temperature 1.0 the policy writes right, wrong and broken programs.
-    return build_policy(tmp_path_factory.mktemp("trl_policy") / "policy", world, fit_steps=100)
+def policy(world, tmp_path_factory):
+    # Every completion is one program that runs, whatever the CPU's kernels: a fitted tiny policy
+    # wrote some on AVX2 machines and none on AVX-512 ones, and the verdict followed the CPU.
+    return build_fixed_policy(tmp_path_factory.mktemp("trl_policy") / "policy", world, BODIES["constant"])
+
+
+SAMPLE = """import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model, tok = AutoModelForCausalLM.from_pretrained(sys.argv[1]), AutoTokenizer.from_pretrained(sys.argv[1])
+torch.manual_seed(0)
+ids = tok(["# Is there a red circle?\\ndef execute_command(image) -> str:"] * 16, return_tensors="pt")
+out = model.generate(**ids, do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=8)
+print(repr(sorted({tok.decode(o[ids["input_ids"].shape[1]:], skip_special_tokens=True) for o in out})))
+"""
+
+
+@pytest.mark.parametrize("capability", [None, "avx2", "default"], ids=["native", "avx2", "scalar"])
+def test_item4_the_policy_writes_its_program_whatever_the_kernels(policy, capability):
+    """The example-script tests' verdict may not follow the CPU: torch's vectorised and scalar
+    kernels round differently, and the policy's samples must not care (ATEN_CPU_CAPABILITY picks them)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    if capability:
+        env["ATEN_CPU_CAPABILITY"] = capability
+    done = subprocess.run(
+        [sys.executable, "-c", SAMPLE, str(policy)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == repr([BODIES["constant"]])
 
 
 def _run_example(cwd: Path, world: Path, policy: Path, out: Path, script: Path = EXAMPLE):
@@ -69,10 +96,10 @@ def _check_trained(done: subprocess.CompletedProcess, out: Path) -> None:
     assert len(steps) == 2
     for name in ("rewards/correctness/mean", "rewards/unit_tests/mean", "rewards/failure_penalty/mean", "exec/ok"):
         assert all(name in s for s in steps), name
-    # programs ran in the sandbox and were judged by both rewards on some step
-    assert sum(float(s["exec/ok"]) for s in steps) > 0
-    assert any(s["rewards/correctness/mean"] is not None for s in steps)
-    assert any(s["rewards/unit_tests/mean"] is not None for s in steps)
+    # every program (the policy writes one that runs) ran in the sandbox and was judged by both rewards
+    assert [float(s["exec/ok"]) for s in steps] == [1.0, 1.0]
+    assert all(s["rewards/correctness/mean"] is not None for s in steps)
+    assert all(s["rewards/unit_tests/mean"] is not None for s in steps)
     assert (out / "model.safetensors").is_file()
 
 
