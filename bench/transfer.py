@@ -44,6 +44,7 @@ from bench.transfer_args import (  # noqa: E402
     rl_argv,
 )
 from bench.transfer_cells import heat_map, markdown, summarize  # noqa: E402
+from bench.transfer_records import read_jsonl, recorded_evaluation  # noqa: E402
 from vprl.data.cli import fail  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,19 +54,6 @@ def policy_for(seed: int, args: argparse.Namespace) -> Path:
     from vprl.train.bootstrap.fit import ensure_tiny_policy
 
     return ensure_tiny_policy(policy_config(seed, args))
-
-
-def recorded_evaluation(seed: int, arms: list[str], args: argparse.Namespace) -> dict | None:
-    """The evaluation of these very runs (the seed's arms) under this evaluation config, if an
-    earlier call made it."""
-    same = {"seed": seed, "arms": sorted(arms), "runs": sorted(str(Path(args.out) / f"seed{seed}" / a) for a in arms)}
-    wanted = settings_of(EVAL_CONFIG) + " " + args.eval_args
-    found = [
-        e
-        for e in read_jsonl(Path(args.out) / "evaluations.jsonl")
-        if all(e.get(k) == v for k, v in same.items()) and e["eval_config"] == wanted
-    ]
-    return found[-1] if found else None
 
 
 def eval_world(args: argparse.Namespace) -> Path:
@@ -141,21 +129,6 @@ def evaluate_seed(seed: int, policy: Path, records: list[dict], args: argparse.N
         },
         "eval_s": time.time() - started,
     }
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of an earlier call; one that is not a JSON object ends the call naming its line
-    (the file is the bench's own, but a hand edit or a full disk can break one)."""
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            fail(f"{path}:{i}: not valid JSON ({exc.msg}); remove the line to run it again")
-        if not isinstance(row, dict):
-            fail(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -33,7 +33,8 @@ class Job:
 def plan(seeds: list[int], arms: list[str], args: argparse.Namespace, trained: list[dict]) -> list[Job]:
     """Per seed: its policy unless cached, then every arm not yet trained at these steps, then its
     evaluation unless these runs were evaluated under this config already."""
-    from bench.transfer import policy_config, recorded_evaluation
+    from bench.transfer_args import policy_config
+    from bench.transfer_records import recorded_evaluation
     from vprl.train.bootstrap.fit import cached
 
     jobs = []

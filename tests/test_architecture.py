@@ -18,10 +18,14 @@ PACKAGES = ("data", "executor", "rewards", "train")  # the layers, each a subpac
 LAYERS = ("train", "rewards", "executor", "data")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(with_bench: bool = False) -> dict[str, Path]:
+    """Module name -> file, for the layers and, `with_bench`, the benchmarks (`bench.X`)."""
     out = {}
-    for package in PACKAGES:
-        for path in (REPO / "vprl" / package).rglob("*.py"):
+    folders = [REPO / "vprl" / package for package in PACKAGES] + ([REPO / "bench"] if with_bench else [])
+    for folder in folders:
+        for path in folder.rglob("*.py"):
+            if "wheelhouse" in path.relative_to(REPO).parts:  # downloaded wheels, not ours
+                continue
             parts = list(path.relative_to(REPO).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
@@ -38,10 +42,10 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(with_bench: bool = True) -> dict[str, set[str]]:
     """Module -> the modules of ours it imports, counting every import statement wherever it stands
     (inside functions and under TYPE_CHECKING too: a circle broken only by a lazy import is still one)."""
-    modules = _modules()
+    modules = _modules(with_bench)
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
@@ -104,11 +108,24 @@ def test_the_cycle_finder_finds_a_circle_through_a_lazy_import():
 
 
 def test_imports_point_one_way():
+    """Each layer imports itself and the layers after it; bench/ stands above them all, and nothing of
+    vprl imports it."""
     wrong = []
     for module, targets in import_graph().items():
+        if module.startswith("bench."):
+            continue
         allowed = LAYERS[LAYERS.index(module.split(".")[1]) :]
-        wrong += [f"{module} -> {t}" for t in sorted(targets) if t.split(".")[1] not in allowed]
+        wrong += [
+            f"{module} -> {t}" for t in sorted(targets) if t.startswith("bench.") or t.split(".")[1] not in allowed
+        ]
     assert wrong == []
+
+
+def test_item6_the_import_graph_covers_bench():
+    graph = import_graph()
+    assert {"bench.transfer", "bench.transfer_cells", "bench.gpu.acceptance"} <= set(graph)
+    assert "bench.transfer_cells" in graph["bench.transfer"]  # `from bench.transfer_cells import ...` is an edge
+    assert "vprl.train.rl" in graph["bench.transfer"]  # and so is a lazy `from vprl.train.rl import main`
 
 
 def test_entry_scripts_shadow_no_installed_package():
@@ -116,7 +133,7 @@ def test_entry_scripts_shadow_no_installed_package():
     sys.path: no name there may be a standard-library module, a module an installed distribution
     provides, or one of our own packages."""
     installed = set(sys.stdlib_module_names) | set(metadata.packages_distributions()) | {"vprl", *PACKAGES}
-    for folder in ("vprl/train", "bench"):
+    for folder in ("vprl/train", "bench", "train"):
         here = REPO / folder
         names = {p.stem for p in here.glob("*.py")} | {p.name for p in here.iterdir() if p.is_dir()}
         names -= {"__init__", "__pycache__"}
