@@ -385,9 +385,28 @@ def evaluation_path(entry: dict, root: Path, world: Path, policy: Path, adapter:
     entry["policies"] = sorted(report["results"])
     entry["engines"] = len(engines)
     entry["engines_alive_after"] = sum(r() is not None for r in engines)
-    entry["new_processes_left"] = [
-        p.name() for p in psutil.Process().children(recursive=True) if p.pid not in children and p.is_running()
-    ]
+    entry["new_processes_left"] = processes_left(children)
+
+
+def processes_left(before: set[int], wait_s: float = 30.0) -> list[str]:
+    """This process's children that were not there `before`, once they had `wait_s` to exit (an engine's
+    core process exits shortly after its shutdown). multiprocessing's resource tracker stays by design."""
+    import psutil
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if child.pid not in before and child.status() != psutil.STATUS_ZOMBIE:
+                    command = " ".join(child.cmdline())
+                    if "resource_tracker" not in command:
+                        left.append(f"{child.name()}: {command[:200]}")
+            except psutil.NoSuchProcess:
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
 
 
 def _greedy(tokens: int):
