@@ -97,6 +97,14 @@ def _tiny_weight_recipe(env) -> str:
     return _write(env, "tiny_weight.yaml", yaml.safe_dump({**data, "dataset_mixture": TINY_WEIGHT}, sort_keys=False))
 
 
+def _eval_adapter(env, name: str, config: str) -> list[str]:
+    """The evaluation of one adapter folder holding `config` as its adapter_config.json, no weights."""
+    folder = env["root"] / name
+    folder.mkdir(exist_ok=True)
+    (folder / "adapter_config.json").write_text(config)
+    return ["--config", str(env["root"] / "eval.yaml"), "--adapters", f"rl={folder}", "--max_new_tokens", "32"]
+
+
 TRANSFER = "bench/transfer.py"
 
 
@@ -292,6 +300,18 @@ CASES = [
         "vprl.train.evaluation",
         lambda e: ["--config", _yaml_with(e, "eval.yaml", "eval_limit.yaml", limit="many")],
         r"eval_limit\.yaml:\d+: limit: invalid int value: 'many'",
+    ),
+    (
+        "eval-adapter-without-weights",
+        "vprl.train.evaluation",
+        lambda e: [*_eval_adapter(e, "no_weights", json.dumps({"base_model_name_or_path": e["policy"]}))],
+        r"adapters: .*no_weights' has no adapter_model\.safetensors",
+    ),
+    (
+        "eval-adapter-config-corrupt",
+        "vprl.train.evaluation",
+        lambda e: [*_eval_adapter(e, "corrupt_config", '{"r": 16,')],
+        r"adapters: .*corrupt_config/adapter_config\.json:1: not valid JSON",
     ),
     # vprl.train.quickstart, vprl.train.bootstrap
     ("quickstart-wrong-type", "vprl.train.quickstart", lambda e: ["--max_steps", "abc"], r"command line: --max_steps"),

@@ -111,16 +111,33 @@ def parse_policies(cfg: EvalConfig) -> list[Policy]:
     return policies
 
 
+# What peft's `save_pretrained` writes the weights to (safetensors, or the older pickle).
+ADAPTER_WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+
+
 def check_adapter(path: str, base: str) -> None:
     """An adapter must exist and name the same base model (a LoRA on another base is garbage)."""
     config = Path(path) / "adapter_config.json"
     if not config.is_file():
         raise ValueError(f"adapters: {path!r} has no adapter_config.json (is it a peft adapter folder?)")
-    named = json.loads(config.read_text()).get("base_model_name_or_path") or ""
+    try:
+        settings = json.loads(config.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"adapters: {config}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"adapters: {config}: not UTF-8 text, so not an adapter's JSON") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"adapters: {config}: expected a JSON object of peft settings, got {type(settings).__name__}")
+    named = settings.get("base_model_name_or_path") or ""
     if not _same_model(named, base):
         raise ValueError(
             f"adapters: {path!r} was trained on base model {named!r} ({config}: base_model_name_or_path), "
             f"but the policy is {base!r}"
+        )
+    if not any((Path(path) / name).is_file() for name in ADAPTER_WEIGHT_FILES):
+        raise ValueError(
+            f"adapters: {path!r} has no {' or '.join(ADAPTER_WEIGHT_FILES)}: its config without its weights "
+            "(was the run stopped before it saved the adapter?)"
         )
 
 
