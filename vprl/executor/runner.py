@@ -164,7 +164,7 @@ class BatchRunner:
         except (OSError, ValueError) as exc:
             # The dataset's fault, not the program's: masked, named so the example can be fixed or dropped.
             what = "video" if example.task == "video_qa" else "image"
-            error = f"example {example.id}: {what} {exc}"
+            error = f"{what}: example {example.id}: {exc}"
             return _resolved(loop, ExecutionResult(example.id, pkey, "infra_error", error=error[:MAX_ERROR]))
         key = (example.id, visual_ref, pkey)
         if key in self._memo:
