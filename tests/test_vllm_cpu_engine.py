@@ -144,3 +144,5 @@ def test_trl_vllm_serve_generates_the_models_log_probabilities(record):
     entry = path(record, "server")
     assert all(n > 0 for n in entry["completions"]), entry
     assert entry["logp_difference"] < RATIO_TOLERANCE, entry
+    # what a server-mode recipe check reads from the live server (#34 item 8): processed, so accepted
+    assert entry["logprobs_mode"] == "processed_logprobs" and entry["recipe_check_accepts"], entry

@@ -481,6 +481,13 @@ def server_path(entry: dict, out: Path, policy: Path, ids: list[int]) -> None:
                 differences.append(max_difference([lp[0] for lp in logprobs], expected))
             entry["completions"] = [len(c) for c in out["completion_ids"]]
             entry["logp_difference"] = max(differences)
+            # The recipe check of a server-mode run reads which log-probabilities the server returns.
+            from vprl.train.recipe.gpu_combinations import check_server_logprobs, read_server_info
+
+            url = f"http://127.0.0.1:{port}"
+            entry["logprobs_mode"] = (read_server_info(url).get("model_config") or {}).get("logprobs_mode")
+            check_server_logprobs(url, read_server_info)  # raises ConfigError where it would refuse the run
+            entry["recipe_check_accepts"] = True
         finally:
             server.terminate()
             try:
