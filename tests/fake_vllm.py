@@ -1,6 +1,6 @@
 """A stand-in for trl's `VLLMGeneration` that samples from the policy being trained, as a synced vLLM
 engine would, and reports what vLLM reports: the token ids up to and including the token that
-completes a stop string or the EOS, and each drawn token's *processed* log-probability
+completes a stop string, the EOS or a stop token id, and each drawn token's *processed* log-probability
 (`logprobs_mode="processed_logprobs"`, which trl sets): after temperature, min-p, top-k and top-p,
 renormalised over the tokens kept.
 
@@ -46,6 +46,8 @@ class PolicyVLLMGeneration:
         self.min_p = kwargs.get("min_p") or 0.0
         self.max_tokens = kwargs["max_completion_length"]
         self.stops = list((kwargs.get("generation_kwargs") or {}).get("stop") or [])
+        # like vLLM, a stop token is kept as the completion's last token (stop strings' text is not)
+        self.stop_ids = set((kwargs.get("generation_kwargs") or {}).get("stop_token_ids") or [])
         self.generator = torch.Generator().manual_seed(1234)
         self.calls, self.synced = 0, 0
         self.ended_at_stop: list[bool] = []  # per completion: a stop string ended it (not EOS or the limit)
@@ -67,7 +69,7 @@ class PolicyVLLMGeneration:
             token = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
             ids.append(token)
             logprobs.append(float(logp[token]))
-            if token == eos:
+            if token == eos or token in self.stop_ids:
                 return ids[len(prompt) :], logprobs, False
             text = self.tokenizer.decode(ids[len(prompt) :], skip_special_tokens=True)
             if any(stop in text for stop in self.stops):

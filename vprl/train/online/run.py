@@ -18,10 +18,10 @@ from vprl.executor.runner import SyncRunner
 from vprl.rewards.compose import RewardComposer
 from vprl.rewards.trl_adapter import TrlRewardAdapter
 from vprl.train.online.callbacks import MetricsRecorder, ProgramTable, RolloutRecorder
-from vprl.train.online.trainers import TRAINERS
+from vprl.train.online.trainers import TRAINERS, stop_at_turn_end
 from vprl.train.online.vllm_cpu import adapt_colocated_engine, cpu_engine_arguments
 from vprl.train.policy.loading import load_model, load_tokenizer, policy_name
-from vprl.train.prompts import STOP_SEQUENCES, completion_to_program
+from vprl.train.prompts import STOP_SEQUENCES, completion_to_program, turn_end_ids
 from vprl.train.recipe.data import PromptedExample, trl_dataset
 from vprl.train.recipe.rl_config import RLConfig
 from vprl.train.rollouts.log import RolloutLog
@@ -61,6 +61,8 @@ def build_trainer(
     stops = STOP_SEQUENCES if cfg.rewards.stop_at_program_end else ()
     if args.use_vllm and stops:
         args.generation_kwargs = {**(args.generation_kwargs or {}), "stop": list(stops)}
+    turn_end = turn_end_ids(tokenizer, cfg.policy.framing)
+    stop_at_turn_end(model, args, turn_end)
     colocated = args.use_vllm and args.vllm_mode == "colocate"
     with cpu_engine_arguments(model) if colocated else contextlib.nullcontext():
         trainer = TRAINERS[cfg.algorithm](
@@ -85,6 +87,7 @@ def build_trainer(
         cfg.rewards.filter_zero_variance,
         reward_adapter=adapter,
         overlap_execution=cfg.rewards.overlap_execution,
+        stop_token_ids=turn_end,
     )
     return trainer, recorder
 

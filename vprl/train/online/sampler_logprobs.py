@@ -8,9 +8,11 @@ token) with exp(trainer log-prob - vLLM log-prob). Two things make that weight w
   top-k and top-p, renormalised over the tokens those filters kept. The trainer's log-probability is
   taken after temperature only. With `top_p` 0.9 every token's vLLM log-probability is higher by
   -log(kept mass), so every sequence is down-weighted by the product of its nucleus masses even when
-  vLLM and the trainer agree exactly. `untruncate` adds the log of the kept mass back, with the mass
-  computed from the trainer's own logits by vLLM's rules, so a sampler that draws from the policy
-  gives a ratio of 1 and the gradient of the path without vLLM.
+  vLLM and the trainer agree exactly. The log of the kept mass, computed from the trainer's own
+  logits by vLLM's rules, is added back (`vprl.train.online.trainers`), so a sampler that draws
+  from the policy gives a ratio of 1 and the gradient of the path without vLLM. `KeptMassProbe`
+  computes it inside trl's own old-log-probability forward, a slice of positions at a time, so it
+  costs neither a second forward nor the whole batch's logits.
 - **A token the sampler never drew.** A program cut at a stop sequence ends with an EOS the stop rule
   stands for (`vprl.train.online.trainers`). It has no sampling log-probability: it is given `None`,
   vLLM's own mark for a token it could not score, which trl turns into NaN and leaves out of the
@@ -24,8 +26,6 @@ whole sequence; `check_correctable` refuses them with the correction on.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,47 +92,108 @@ def kept_log_mass(logits: torch.Tensor, filters: SamplerFilters) -> torch.Tensor
     return logp.masked_fill(~keep, -math.inf).logsumexp(dim=-1)
 
 
+# The correction holds the logits of this many bytes' worth of positions at once: a slice's head
+# output, its fp32 copy, the log-softmax, the masks and the top-p sort cost about
+# `BYTES_PER_ELEMENT` bytes per (position x vocabulary) element (measured: bench/correction_memory.py).
+SLICE_BYTES = 128 * 2**20
+BYTES_PER_ELEMENT = 48
+
+
+def slice_positions(vocab: int) -> int:
+    """How many positions' logits one slice of the correction holds (at least one)."""
+    return max(1, SLICE_BYTES // (BYTES_PER_ELEMENT * vocab))
+
+
+@dataclass(frozen=True)
+class HeadTransform:
+    """What a model does to its LM head's output before the softmax (read from its config the way
+    trl's fused LM head reads it, so the kept mass sees the logits trl's log-probabilities see):
+    a multiplier, then a tanh soft cap."""
+
+    scale: float = 1.0
+    softcap: float | None = None
+
+    @classmethod
+    def of(cls, config: Any) -> HeadTransform:
+        scale = getattr(config, "logit_scale", None)
+        if scale is None:
+            scale = getattr(config, "output_multiplier", None)
+        if scale is None:
+            scale = getattr(config, "lm_head_multiplier", None)
+        if scale is None and getattr(config, "logits_scaling", None) is not None:
+            scaling = config.logits_scaling
+            scale = scaling if getattr(config, "model_type", None) == "hyperclovax" else 1 / scaling
+        return cls(1.0 if scale is None else float(scale), getattr(config, "final_logit_softcapping", None))
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        if self.scale != 1.0:
+            logits = logits * self.scale
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+
 @torch.no_grad()
-def completion_kept_log_mass(
-    model: Any,
-    prompt_ids: Sequence[Sequence[int]],
-    completion_ids: Sequence[Sequence[int]],
-    filters: SamplerFilters,
-    pad_token_id: int,
-    batch_size: int,
-    autocast: Any = None,
-) -> list[list[float]]:
-    """`kept_log_mass` at every completion token, from `model`'s logits. Laid out as trl lays out its
-    log-probability pass (prompts padded on the left, completions on the right; causal models with
-    rotary positions see the same relative positions), and only the completion positions' logits are
-    computed."""
-    device = next(model.parameters()).device
-    out: list[list[float]] = []
-    for start in range(0, len(prompt_ids), batch_size):
-        prompts = prompt_ids[start : start + batch_size]
-        completions = completion_ids[start : start + batch_size]
-        p_len, c_len = max(len(p) for p in prompts), max(max(len(c) for c in completions), 1)
-        ids = torch.full((len(prompts), p_len + c_len), pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, (p, c) in enumerate(zip(prompts, completions, strict=True)):
-            ids[row, p_len - len(p) : p_len] = torch.tensor(p, dtype=torch.long)
-            ids[row, p_len : p_len + len(c)] = torch.tensor(list(c), dtype=torch.long)
-            mask[row, p_len - len(p) : p_len + len(c)] = 1
-        with autocast or nullcontext():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=c_len + 1).logits[
-                :, :-1
-            ]
-        mass = kept_log_mass(logits, filters).cpu()
-        out += [mass[row, : len(c)].tolist() for row, c in enumerate(completions)]
-    return out
+def sliced_kept_log_mass(
+    hidden: torch.Tensor, head: Any, filters: SamplerFilters, transform: HeadTransform, vocab: int
+) -> torch.Tensor:
+    """`kept_log_mass` of the logits `head` gives `hidden` (positions, hidden size), projected and
+    filtered `slice_positions(vocab)` positions at a time: the whole batch's logits would be rows x
+    positions x vocabulary (22 GiB for CodeGemma's 256,000 at 8 x 321 positions). Each position's
+    value is the one `kept_log_mass` gives on the full tensor: every step of it is per position."""
+    step = slice_positions(vocab)
+    parts = [kept_log_mass(transform(head(hidden[i : i + step])), filters) for i in range(0, hidden.size(0), step)]
+    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
 
 
-def untruncate(
-    logprobs: Sequence[Sequence[float | None]], log_mass: Sequence[Sequence[float]]
-) -> list[list[float | None]]:
-    """vLLM's processed log-probabilities plus the log of the kept mass: the log-probability under
-    the temperature-scaled distribution, which is what the trainer computes. None stays None."""
-    return [
-        [None if lp is None else lp + m for lp, m in zip(row, masses, strict=True)]
-        for row, masses in zip(logprobs, log_mass, strict=True)
-    ]
+class KeptMassProbe:
+    """The kept mass at every completion position, computed from the hidden states of trl's own
+    old-log-probability forward rather than from a forward of its own.
+
+    While open, a hook on the backbone trl's fused LM head runs (`causal_lm.base_model`) takes each
+    chunk's last hidden states as they are made, projects the completion positions through the
+    model's own LM head a slice at a time, and keeps only one float per position. trl lays the
+    chunk out as prompt (left-padded) then completion (right-padded) and scores the last
+    `logits_to_keep` tokens, each from the hidden state before it; positions the attention mask
+    leaves out get 0. `mass()`: (rows, logits_to_keep), the rows of every chunk in order."""
+
+    def __init__(self, causal_lm: Any, filters: SamplerFilters, logits_to_keep: int):
+        self.backbone = causal_lm.base_model
+        self.head = causal_lm.get_output_embeddings()
+        config = causal_lm.config.get_text_config()
+        self.vocab = int(getattr(self.head, "out_features", None) or config.vocab_size)
+        self.transform = HeadTransform.of(config)
+        self.filters, self.logits_to_keep = filters, logits_to_keep
+        self._chunks: list[torch.Tensor] = []
+        self._handle: Any = None
+
+    def __enter__(self) -> KeptMassProbe:
+        self._handle = self.backbone.register_forward_hook(self._on_forward, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._handle.remove()
+
+    @torch.no_grad()
+    def _on_forward(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        width = self.logits_to_keep
+        before = hidden[:, -width - 1 : -1]
+        attention = kwargs.get("attention_mask")
+        if attention is None:
+            valid = torch.ones(before.shape[:2], dtype=torch.bool, device=hidden.device)
+        else:
+            valid = attention[:, -width:].to(hidden.device).bool()
+        mass = torch.zeros(valid.shape, dtype=torch.float32, device=hidden.device)
+        weight = getattr(self.head, "weight", None)
+        positions = before[valid] if weight is None else before[valid].to(weight.device)
+        mass[valid] = sliced_kept_log_mass(positions, self.head, self.filters, self.transform, self.vocab).to(
+            mass.device
+        )
+        self._chunks.append(mass)
+
+    def mass(self) -> torch.Tensor:
+        if not self._chunks:
+            raise RuntimeError("the kept-mass probe saw no forward of the backbone trl's fused LM head runs")
+        return torch.cat(self._chunks)

@@ -4,7 +4,10 @@
   writes after it (the next `# query`, another `def`) is cut at the first stop sequence, tokens
   included, and ends with EOS, so the loss covers only the program and its end. vLLM gets the
   same stops as sampling parameters; transformers' generate cannot take stop strings through trl,
-  so its completions are cut here.
+  so its completions are cut here. In a chat frame the turn-end token (CodeGemma's
+  `<end_of_turn>`, which no stop string can see) ends a completion too, as its last token.
+- vLLM's top-k/top-p log-probabilities on the trainer's footing, from trl's own old-log-probability
+  forward (`vprl.train.online.sampler_logprobs`).
 - Zero-variance groups: the groups (samples of one prompt) whose scorable rewards are all equal
   carry no learning signal (advantage 0). Their count and share are logged every step from the
   rewards of all processes; with `filter_zero_variance` their advantages are zeroed (RLOO's KL
@@ -29,25 +32,24 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from peft import PeftModel
 from trl import GRPOTrainer, RLOOTrainer
 
 from vprl.rewards.groups import zero_variance_groups
 from vprl.rewards.trl_adapter import TrlRewardAdapter
-from vprl.train.online.sampler_logprobs import (
-    NOT_SAMPLED,
-    SamplerFilters,
-    check_correctable,
-    completion_kept_log_mass,
-    untruncate,
-)
+from vprl.train.online.sampler_logprobs import NOT_SAMPLED, KeptMassProbe, SamplerFilters, check_correctable
 from vprl.train.online.weight_sync import drift_free_sync, unsupported_reason
 
 logger = logging.getLogger(__name__)
 
 
-def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str]) -> int:
-    """How many leading tokens to keep: through the token that completes the first stop sequence
-    (all of them when none occurs). Binary search over prefixes: containment only grows."""
+def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str], stop_ids: Sequence[int] = ()) -> int:
+    """How many leading tokens to keep: through the first stop token (a chat frame's turn end) or the
+    token that completes the first stop sequence, whichever comes first (all of them when neither
+    occurs). Binary search over prefixes: containment only grows."""
+    ids = list(ids)
+    at_token = next((i + 1 for i, t in enumerate(ids) if t in stop_ids), len(ids))
+    ids = ids[:at_token]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     if not any(s in text for s in stops):
         return len(ids)
@@ -62,10 +64,27 @@ def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str]) -> int
     return lo
 
 
+def stop_at_turn_end(model: Any, args: Any, turn_end: Sequence[int]) -> None:
+    """Make a chat frame's turn-end token end generation on both paths, before trl is built (it
+    reads both at construction): an EOS of the model's generation config (transformers' generate
+    stops there and trl masks what follows and counts the completion as ended) and a
+    `stop_token_ids` entry of vLLM's sampling parameters."""
+    if not turn_end:
+        return
+    eos = model.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    model.generation_config.eos_token_id = [*eos, *(t for t in turn_end if t not in eos)]
+    if args.use_vllm:
+        kwargs = dict(args.generation_kwargs or {})
+        kwargs["stop_token_ids"] = [*kwargs.get("stop_token_ids", []), *turn_end]
+        args.generation_kwargs = kwargs
+
+
 class ProgramTrainerMixin:
     """Mixed in front of GRPOTrainer / RLOOTrainer; configure with `setup_program_training`."""
 
     stop_sequences: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()  # a chat frame's turn end (`stop_at_turn_end`)
     filter_zero_variance: bool = False
     filter_by_mask: bool = True  # also drop filtered rows' tokens from the mask (GRPO; not RLOO)
     reward_adapter: TrlRewardAdapter | None = None
@@ -74,6 +93,8 @@ class ProgramTrainerMixin:
     _last_rewards_per_func: torch.Tensor | None = None
     _sampler_filters: SamplerFilters = SamplerFilters()
     _batch_inputs: list[dict[str, Any]] | None = None
+    _kept_mass_due: bool = False  # the next log-probability pass is trl's old one, under the correction
+    _untruncation: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def setup_program_training(
         self,
@@ -81,10 +102,13 @@ class ProgramTrainerMixin:
         filter_zero_variance: bool,
         reward_adapter: TrlRewardAdapter | None = None,
         overlap_execution: bool = True,
+        stop_token_ids: Sequence[int] = (),
     ) -> None:
         """`reward_adapter`: the adapter whose reward functions the trainer was given; with
-        `overlap_execution` its scoring starts right after generation instead of at the reward call."""
+        `overlap_execution` its scoring starts right after generation instead of at the reward call.
+        `stop_token_ids`: tokens that end a completion as its last token (a chat frame's turn end)."""
         self.stop_sequences = tuple(stop_sequences)
+        self.stop_token_ids = tuple(stop_token_ids)
         self.filter_zero_variance = filter_zero_variance
         self.reward_adapter = reward_adapter
         self.overlap_execution = overlap_execution and reward_adapter is not None
@@ -117,21 +141,11 @@ class ProgramTrainerMixin:
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         out = super()._generate_single_turn(prompt_ids, *args, **kwargs)
         ids, logprobs = out if isinstance(out, tuple) else (out, None)
-        if logprobs is not None and self._corrects_vllm_sampling and self._sampler_filters.truncates:
-            # vLLM's log-probabilities are renormalised over the nucleus, the trainer's are not.
-            mass = completion_kept_log_mass(
-                self.model,
-                prompt_ids,
-                ids,
-                self._sampler_filters,
-                self._tokenizer.pad_token_id,
-                self.args.per_device_train_batch_size,
-                self.accelerator.autocast(),
-            )
-            logprobs = untruncate(logprobs, mass)
-        if not self.stop_sequences:
+        if not self.stop_sequences and not self.stop_token_ids:
             return (ids, logprobs) if isinstance(out, tuple) else ids
-        keep = [stop_length(seq, self._tokenizer, self.stop_sequences) for seq in ids]
+        # A generator that ran past the turn end (a vLLM server given no stop ids) is cut there too:
+        # nothing after it reaches the loss.
+        keep = [stop_length(seq, self._tokenizer, self.stop_sequences, self.stop_token_ids) for seq in ids]
         cut = [list(seq[:k]) for seq, k in zip(ids, keep, strict=True)]
         if logprobs is not None:
             logprobs = [list(lp[:k]) for lp, k in zip(logprobs, keep, strict=True)]
@@ -143,7 +157,7 @@ class ProgramTrainerMixin:
         eos = self._tokenizer.eos_token_id
         for i, seq in enumerate(cut):
             ended = len(seq) < len(ids[i]) or len(ids[i]) < self.max_completion_length
-            if eos is not None and ended and (not seq or seq[-1] != eos):
+            if eos is not None and ended and (not seq or (seq[-1] != eos and seq[-1] not in self.stop_token_ids)):
                 seq.append(eos)
                 if logprobs is not None:
                     logprobs[i].append(NOT_SAMPLED)
@@ -158,12 +172,57 @@ class ProgramTrainerMixin:
         self._last_rewards_per_func = rewards_per_func  # gathered over processes: whole groups
         return rewards_per_func
 
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        if not self._kept_mass_due:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        # trl's old-log-probability pass, which it then compares with vLLM's log-probabilities. vLLM's
+        # are renormalised over what top-k/top-p/min-p kept and the trainer's are not: the log of the
+        # kept mass, taken from this same forward, is subtracted from the old log-probabilities trl
+        # forms the ratio with (old - mass - vllm = old - (vllm + mass)), and given back to the true
+        # old log-probabilities once trl is done (`_untruncate`).
+        self._kept_mass_due = False
+        with KeptMassProbe(
+            _causal_lm(self.accelerator.unwrap_model(model)), self._sampler_filters, logits_to_keep
+        ) as probe:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        mass = probe.mass().to(logps.device, logps.dtype)
+        shifted = logps - mass
+        self._untruncation = (shifted, logps, mass)
+        return shifted, entropies, aux
+
+    def _untruncate(self, output: dict[str, Any]) -> None:
+        """The true old log-probabilities back in what trl hands the loss, and vLLM's sampling
+        log-probabilities put on the trainer's footing (trl's off-policy mask compares them with the
+        trainer's)."""
+        untruncation, self._untruncation = self._untruncation, None
+        if untruncation is None:
+            raise RuntimeError(
+                f"{type(self).__name__}: trl computed no old log-probabilities under the vLLM importance-sampling "
+                "correction; this trl version no longer does what the top-k/top-p correction hooks into"
+            )
+        shifted, old, mass = untruncation
+        if output.get("old_per_token_logps") is not shifted:
+            raise RuntimeError(
+                f"{type(self).__name__}: trl's output does not hold the old log-probabilities its first log-probability "
+                "pass returned; this trl version computes them elsewhere"
+            )
+        output["old_per_token_logps"] = old
+        output["sampling_per_token_logps"] = output["sampling_per_token_logps"] + mass
+
     def _generate_and_score_completions(self, inputs):
         self._batch_inputs = inputs  # this process's rows; `_generate` only sees the prompts
+        correcting = self._corrects_vllm_sampling and self._sampler_filters.truncates
+        self._kept_mass_due, self._untruncation = correcting, None
         try:
             output = super()._generate_and_score_completions(inputs)
         finally:
-            self._batch_inputs = None
+            self._batch_inputs, self._kept_mass_due = None, False
+        if correcting:
+            self._untruncate(output)
         mode = "train" if self.model.training else "eval"
         group = self.num_generations if mode == "train" else self.num_generations_eval
         zero = zero_variance_rows(self._last_rewards_per_func, self.reward_weights, group)
@@ -194,6 +253,11 @@ class ProgramTrainerMixin:
             if output.get("tool_mask") is not None:
                 counted = counted * output["tool_mask"]
             output["num_items_in_batch"] = self.accelerator.gather(counted.sum()).sum()
+
+
+def _causal_lm(model: Any) -> Any:
+    """The causal LM trl patched its fused LM head onto (under a PEFT wrapper when there is one)."""
+    return model.get_base_model() if isinstance(model, PeftModel) else model
 
 
 def zero_variance_rows(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:

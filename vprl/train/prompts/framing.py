@@ -67,6 +67,28 @@ def frame_prompt(prompt: str, tokenizer: Any, style: str = "auto") -> str:
     return framed + prefill
 
 
+def turn_end_ids(tokenizer: Any, style: str = "auto") -> list[int]:
+    """The token that ends the model's turn in a chat frame (CodeGemma's `<end_of_turn>`), as a
+    one-element list; empty for plain framing, or when the template closes the turn with text only.
+
+    Stop strings cannot stand for it: they are matched on text decoded with special tokens skipped,
+    where it leaves nothing. It is found by rendering a model turn and taking the first token after
+    its content that decodes to nothing without special tokens."""
+    if resolve_style(tokenizer, style) != "chat":
+        return []
+    marker = "MARKER"
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Q"}, {"role": "assistant", "content": marker}], tokenize=False
+    )
+    if not isinstance(rendered, str) or marker not in rendered:
+        raise ValueError("the chat template does not render a model turn's content; cannot find where the turn ends")
+    after = rendered[rendered.rindex(marker) + len(marker) :]
+    for token in tokenizer(after, add_special_tokens=False)["input_ids"]:
+        if tokenizer.decode([token], skip_special_tokens=True) == "":
+            return [int(token)]
+    return []
+
+
 def encode_prompt(text: str, tokenizer: Any) -> list[int]:
     """Token ids of a framed prompt with exactly one BOS, at position 0 (when the tokenizer has a
     BOS token at all).
