@@ -531,7 +531,29 @@ def main(out: Path, only: tuple[str, ...] = PATHS) -> None:
     }
     for name in only:
         with record.path(name) as entry:
+            as_a_new_process()
             runs[name](entry)
+
+
+def as_a_new_process() -> None:
+    """Each path as if it ran in a process of its own, as users run them: a colocated engine joins
+    trl's processes through torch.distributed (vLLM's external launcher, with the RANK/WORLD_SIZE
+    variables trl sets), and accelerate keeps its process state in a singleton; both would otherwise
+    carry over into the next path's `accelerate` start."""
+    import os
+
+    import torch.distributed as dist
+    from accelerate.state import AcceleratorState
+
+    if "vllm.distributed" in sys.modules:
+        from vllm.distributed import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    AcceleratorState._reset_state(reset_partial_state=True)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(key, None)
 
 
 if __name__ == "__main__":
