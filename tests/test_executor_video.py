@@ -111,3 +111,22 @@ def test_a_missing_video_is_our_failure_not_the_programs(videos, tmp_path):
         (result,) = runner.run([(missing, PROGRAM)])
     assert result.status == "infra_error" and result.error.startswith("video:"), result
     host.close()
+
+
+def test_item4_a_video_path_that_is_a_fifo_or_a_device_is_refused_not_opened(videos, tmp_path):
+    """#37 item 4 for videos: OpenCV opens a video by name, so a FIFO would block the tool host for
+    good and a device would never end; each is refused first and masks its example only."""
+    import os
+
+    fifo = tmp_path / "clip.mp4"
+    os.mkfifo(fifo)
+    host, examples = world(videos)
+    hostile = [
+        Example("v-fifo", "nextqa", "video_qa", "when?", str(fifo), ("x",)),
+        Example("v-device", "nextqa", "video_qa", "when?", "/dev/zero", ("x",)),
+    ]
+    with SyncRunner(host, RunnerConfig(slots=1, timeout_s=5.0)) as runner:
+        results = runner.run([(ex, PROGRAM) for ex in hostile])
+    assert [r.status for r in results] == ["infra_error", "infra_error"], results
+    assert "not a regular file (a FIFO)" in results[0].error and "a character device" in results[1].error, results
+    host.close()

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 MAX_IMAGE_BYTES = 64 * 1024 * 1024  # a JPEG of 8k x 8k is about 20 MB: past this it is no picture
+MAX_VIDEO_BYTES = 4 * 1024**3  # NExT-QA's clips are tens of MB; past this it is no dataset clip
 _READ_CHUNK = 1 << 20
 # A FIFO opened for reading blocks until a writer comes, unless O_NONBLOCK; a terminal would become
 # the process's controlling one without O_NOCTTY; the last component must not be a symlink swapped
@@ -69,7 +70,29 @@ def open_image_file(
     """The bytes of `path` if it is a regular file of at most `max_bytes` under one of `roots`
     (symlinks resolved; a relative path taken relative to `base`); `RefusedFile` otherwise."""
     roots = list(roots)
+    fd = _open_checked(path, resolve_inside(path, roots, base), roots, max_bytes)
+    try:
+        return _read_capped(fd, path, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def check_regular_file(
+    path: str | os.PathLike[str],
+    roots: Iterable[str | os.PathLike[str]],
+    max_bytes: int,
+    base: str | os.PathLike[str] | None = None,
+) -> Path:
+    """The resolved `path`, for a library that opens files by name (OpenCV's video reader), after the
+    same checks as `open_image_file` on an open that cannot block; nothing is read."""
+    roots = list(roots)
     real = resolve_inside(path, roots, base)
+    os.close(_open_checked(path, real, roots, max_bytes))
+    return real
+
+
+def _open_checked(path: str | os.PathLike[str], real: Path, roots: list, max_bytes: int) -> int:
+    """A descriptor of `real` once it is known to be a regular file of at most `max_bytes` under `roots`."""
     try:
         fd = os.open(real, _OPEN_FLAGS)
     except OSError as exc:
@@ -81,9 +104,10 @@ def open_image_file(
         if info.st_size > max_bytes:
             raise RefusedFile(path, f"{info.st_size:,} bytes, over the cap of {max_bytes:,}")
         _check_opened(fd, path, roots)
-        return _read_capped(fd, path, max_bytes)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def _check_opened(fd: int, path: str | os.PathLike[str], roots: list[str | os.PathLike[str]]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import statistics
 import time
 from collections import OrderedDict, deque
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from vprl.data.safe_files import MAX_VIDEO_BYTES, check_regular_file
 from vprl.executor.limits import MAX_NAME, MAX_TRACE
 from vprl.executor.tools.base import ToolBackend
 from vprl.executor.tools.calls import MAX_TEXT, ToolCall, validate_call
@@ -331,6 +333,9 @@ def _read_frames(path: Path, num_frames: int | None) -> list[tuple[int, np.ndarr
         return [(i, np.ascontiguousarray(load_rgb(files[i]))) for i in _frame_indices(len(files), num_frames)]
     import cv2  # only the tool host decodes videos; the sandbox never sees this module
 
+    # OpenCV opens by name, and a FIFO or a device there would block it or never end: the path must
+    # be a regular file first (anywhere on the machine, as dataset images may be).
+    path = check_regular_file(path, roots=[os.sep], max_bytes=MAX_VIDEO_BYTES, base=os.getcwd())
     capture = cv2.VideoCapture(str(path))
     try:
         if not capture.isOpened():
