@@ -10,25 +10,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from chat_helpers import TEXTS, build_chat_tokenizer, build_turn_end_policy
 from fake_vllm import PolicyVLLMGeneration
 
 from vprl.train.online.trainers import ProgramGRPOTrainer, stop_at_turn_end, stop_length
-from vprl.train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
+from vprl.train.policy.tiny import train_tokenizer
 from vprl.train.prompts import STOP_SEQUENCES, frame_prompt, turn_end_ids
-
-GEMMA_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
-    "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
-TEXTS = ["# how many circles?\ndef execute_command(image) -> str:\n    return str(len(image.find('circle')))\n"] * 4
 
 
 @pytest.fixture(scope="module")
 def chat_tokenizer():
-    tok = train_tokenizer(TEXTS, vocab_size=320, context=256)
-    tok.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
-    tok.chat_template = GEMMA_TEMPLATE
-    return tok
+    return build_chat_tokenizer()
 
 
 def test_item6_turn_end_of_a_chat_frame_is_found(chat_tokenizer):
@@ -54,15 +46,7 @@ def _trainer(tmp_path, tokenizer, use_vllm: bool):
     from datasets import Dataset
     from trl import GRPOConfig
 
-    sizes = TinyModelConfig(vocab_size=320, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
-    model = build_model(tokenizer, sizes, seed=0)
-    eot = tokenizer.convert_tokens_to_ids("<end_of_turn>")
-    head = torch.nn.Linear(sizes.hidden_size, len(tokenizer), bias=True)
-    head.weight = model.lm_head.weight
-    with torch.no_grad():
-        head.bias.zero_()
-        head.bias[eot] = 3.5  # drawn now and then, mid-completion
-    model.lm_head = head
+    model = build_turn_end_policy(tokenizer)
     args = GRPOConfig(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=8,

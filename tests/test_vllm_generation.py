@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from chat_helpers import build_chat_tokenizer
 from rest_helpers import (
     build_policy,
     build_tokenizer,
@@ -41,6 +42,7 @@ class FakeSamplingParams:  # vllm.SamplingParams' keyword arguments
     max_tokens: int
     stop: list
     seed: int | None
+    stop_token_ids: list | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,21 @@ def test_generator_rejects_a_short_answer_from_the_engine(tmp_path, world):
     gen = VLLMGenerator("base-model", tok, engine=Short(tok, pools), types=FAKE_TYPES)
     with pytest.raises(RuntimeError, match="2 prompts"):
         gen.generate(list(pools)[:2], policy_sampling(n=2))
+
+
+@pytest.mark.parametrize("style", ["auto", "chat", "plain"])
+def test_item6_vllm_generator_stops_at_a_chat_frames_turn_end(style):
+    """#34 item 6: in a chat frame `<end_of_turn>` is a stop token id of the sampling parameters (no
+    stop string can see it: they are matched on text decoded with special tokens skipped); a plain
+    frame has no turn end and sends none."""
+    tok = build_chat_tokenizer()
+    prompt = "# how many circles?\ndef execute_command(image) -> str:"
+    framed = tok.decode(encode_prompt(frame_prompt(prompt, tok, style), tok), skip_special_tokens=True)
+    engine = FakeEngine(tok, {framed: ["\n    return '1'"]})
+    gen = VLLMGenerator("base-model", tok, style=style, engine=engine, types=FAKE_TYPES, use_tqdm=False)
+    assert gen.generate([prompt], policy_sampling(n=2)) == [["\n    return '1'"] * 2]
+    sent = engine.calls[0]["params"].stop_token_ids
+    assert sent == (None if style == "plain" else [tok.convert_tokens_to_ids("<end_of_turn>")])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")

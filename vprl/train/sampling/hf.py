@@ -1,5 +1,9 @@
 """Sampling programs with `transformers` generate: batched over prompts with left padding, on the
-policy's own device; works with a peft model (the live adapter is the one sampled)."""
+policy's own device; works with a peft model (the live adapter is the one sampled).
+
+In a chat frame the turn-end token (CodeGemma's `<end_of_turn>`) ends a completion: no stop string
+can see it (they are matched on text decoded with special tokens skipped), so it is passed to
+generate as an extra EOS, and each completion is cut there before decoding."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vprl.train.prompts import encode_prompt, frame_prompt
+from vprl.train.prompts import encode_prompt, frame_prompt, turn_end_ids
 from vprl.train.sampling.generator import SamplingSettings, cut_at_stop
 
 
@@ -32,6 +36,12 @@ class HFGenerator:
         # Repeat each prompt n times so one padded batch holds whole groups.
         flat = [(i, seq) for i, seq in enumerate(ids) for _ in range(n)]
         out: list[list[str]] = [[] for _ in prompts]
+        turn_end = turn_end_ids(tok, self.style)
+        # Per call rather than on the policy's generation config: the policy is the one being trained,
+        # and its saved config should not carry the frame's stop.
+        eos = self.model.generation_config.eos_token_id
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        eos_ids = [*eos, *(t for t in turn_end if t not in eos)]
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         was_training = self.model.training
@@ -60,9 +70,13 @@ class HFGenerator:
                         use_cache=True,  # a policy saved from training may say otherwise; nothing trains here
                         stop_strings=list(sampling.stop) or None,
                         tokenizer=tok,
+                        **({"eos_token_id": eos_ids} if turn_end else {}),
                     )
                 for row, (i, _) in enumerate(chunk):
-                    text = tok.decode(gen[row, width:], skip_special_tokens=True)
+                    new = gen[row, width:].tolist()
+                    # Other rows of the batch may run on: this row's padding after its turn end is no text.
+                    at = next((k for k, t in enumerate(new) if t in turn_end), len(new))
+                    text = tok.decode(new[:at], skip_special_tokens=True)
                     out[i].append(cut_at_stop(text, sampling.stop))
         finally:
             self.model.train(was_training)

@@ -3,7 +3,8 @@
 `VLLMGenerator` implements `vprl.train.sampling.generator.Generator`. It feeds vLLM token ids from
 `vprl.train.prompts.encode_prompt` (vLLM would otherwise tokenize the text itself and, for a
 chat-templated prompt, put a second BOS in front), samples `n` completions per prompt with the
-papers' settings, and serves the current LoRA adapter through a `LoRARequest`. `set_adapter(path)`
+papers' settings (in a chat frame the turn-end token, CodeGemma's `<end_of_turn>`, is a stop token
+id: no stop string can see it, they are matched on text decoded with special tokens skipped), and serves the current LoRA adapter through a `LoRARequest`. `set_adapter(path)`
 switches adapters between ReST iterations without rebuilding the engine: each new adapter gets a
 new integer id, which is how vLLM tells adapters apart (same id means "already loaded").
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vprl.train.prompts import encode_prompt, frame_prompt
+from vprl.train.prompts import encode_prompt, frame_prompt, turn_end_ids
 from vprl.train.sampling.generator import SamplingSettings, cut_at_stop
 
 MISSING_VLLM = (
@@ -123,6 +124,7 @@ class VLLMGenerator:
 
     def sampling_params(self, sampling: SamplingSettings) -> Any:
         greedy = sampling.temperature == 0
+        turn_end = turn_end_ids(self.tokenizer, self.style)
         return self._types().sampling_params(
             n=sampling.n,
             temperature=sampling.temperature,
@@ -130,6 +132,8 @@ class VLLMGenerator:
             max_tokens=sampling.max_new_tokens,
             stop=list(sampling.stop),
             seed=sampling.seed,
+            # vLLM leaves a special stop token out of the text, so the completion ends before it.
+            **({"stop_token_ids": turn_end} if turn_end else {}),
         )
 
     def generate(self, prompts: Sequence[str], sampling: SamplingSettings) -> list[list[str]]:
