@@ -96,6 +96,8 @@ def test_the_learning_bench_summarizes_runs(tmp_path):
     (tmp_path / "adapter" / "adapter_config.json").write_text(
         json.dumps({"base_model_name_or_path": str(tmp_path / "policy")})
     )
+    # The scripted policy never loads weights, but the evaluation refuses an adapter folder without them.
+    (tmp_path / "adapter" / "adapter_model.safetensors").write_bytes(b"")
     runs = []
     for seed in (0, 1):
         for reward, share in (("correctness", 0.1), ("unit_tests", 0.35)):
