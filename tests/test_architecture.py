@@ -205,17 +205,25 @@ def test_every_citation_key_is_defined_in_the_references():
     assert used and used <= defined, f"cited but not defined in docs/references.md: {sorted(used - defined)}"
 
 
-def test_every_repo_constant_is_the_repository_root():
-    """Modules that find configs/ through `Path(__file__).parents[N]` must count N from where they
-    live: a module moved one folder deeper silently looked for train/configs/."""
-    import importlib
+def test_the_checkout_is_found_in_one_place():
+    """Only `vprl.paths` finds the repository from `__file__`: a module counting `parents[N]` from where
+    it lives silently looked for train/configs/ once it moved one folder deeper, and assumed a checkout
+    that a non-editable install does not have."""
+    from vprl import paths
 
-    pattern = re.compile(r"^(\w+) = Path\(__file__\)\.resolve\(\)\.parents\[\d\]$", re.M)
-    found = []
-    for module, path in _modules().items():
-        for name in pattern.findall(path.read_text(encoding="utf-8")):
-            found.append((module, name, getattr(importlib.import_module(module), name)))
-    assert found and all(value == REPO for _, _, value in found), found
+    counting = re.compile(r"Path\(__file__\)\.resolve\(\)\.parents\[")
+    offenders = [module for module, path in _modules().items() if counting.search(path.read_text(encoding="utf-8"))]
+    assert offenders == []
+    assert paths.PACKAGE == REPO / "vprl" and paths.IMPORT_ROOT == REPO and paths.CHECKOUT == REPO
+    assert paths.checkout_file("configs/quickstart.yaml").is_file()
+
+
+def test_the_paths_module_imports_the_standard_library_alone():
+    """The sandbox's supervisor imports it while it boots, before anything else of ours is safe to import."""
+    tree = ast.parse((REPO / "vprl" / "paths.py").read_text(encoding="utf-8"))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported and {name.split(".")[0] for name in imported} <= set(sys.stdlib_module_names) | {"__future__"}
 
 
 def test_one_top_level_name():

@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vprl.data.shapes import BuildConfig, build_dataset
+from vprl.paths import checkout_file
 
-REPO = Path(__file__).resolve().parents[2]
+# The defaults of `rl_config` and `eval_config`: files of the source checkout (configs/ is no package).
+RL_CONFIG = "configs/quickstart.yaml"
+EVAL_CONFIG = "configs/eval/shapes_matrix.yaml"
 
 
 @dataclass
@@ -35,9 +38,11 @@ class QuickstartConfig:
         default="runs/tiny_policy",
         metadata={"help": "the tiny policy's folder (built by vprl.train.bootstrap when missing)"},
     )
-    rl_config: str = field(default=str(REPO / "configs/quickstart.yaml"), metadata={"help": "the RL recipe"})
+    rl_config: str = field(
+        default="", metadata={"help": f"the RL recipe (default: the source checkout's {RL_CONFIG})"}
+    )
     eval_config: str = field(
-        default=str(REPO / "configs/eval/shapes_matrix.yaml"), metadata={"help": "the evaluation config"}
+        default="", metadata={"help": f"the evaluation config (default: the source checkout's {EVAL_CONFIG})"}
     )
     eval_world: str = field(default="runs/shapes_eval", metadata={"help": "the evaluation's shapes world (made here)"})
     eval_seed: int = field(default=1, metadata={"help": "seed of the evaluation world, apart from the training one"})
@@ -154,7 +159,7 @@ def _headline(metrics) -> float:
 def rl_run_name(cfg: QuickstartConfig) -> str:
     """The RL run's folder under `out` (its evaluation's under `out/eval/`): the recipe's name with
     "quickstart" read as "rl", so configs/quickstart.yaml writes `rl` and the label-free one `rl_label_free`."""
-    return cfg.run_name or Path(cfg.rl_config).stem.replace("quickstart", "rl").strip("_") or "rl"
+    return cfg.run_name or Path(cfg.rl_config or RL_CONFIG).stem.replace("quickstart", "rl").strip("_") or "rl"
 
 
 def evaluate_before_after(cfg: QuickstartConfig, policy: Path, adapter: Path | str, run_name: str) -> dict:
@@ -187,6 +192,11 @@ def main(argv: list[str] | None = None) -> dict:
         prog="python -m vprl.train.quickstart",
         description=__doc__.split("\n\n")[0],
     )
+    try:  # the defaults are files of the source checkout, which an installed vprl does not have
+        cfg.rl_config = cfg.rl_config or str(checkout_file(RL_CONFIG))
+        cfg.eval_config = cfg.eval_config or str(checkout_file(EVAL_CONFIG))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"rl_config, eval_config: {exc}") from None
     started = time.time()
     os.environ.setdefault("WANDB_MODE", "offline")
 

@@ -25,7 +25,6 @@ import resource
 import signal
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vprl.executor.api import SourceImage, bind_client
@@ -40,6 +39,7 @@ from vprl.executor.sandbox.channel import (
     restore_builtins,
 )
 from vprl.executor.tools.errors import ToolUnavailable
+from vprl.paths import IMPORT_ROOT
 
 if TYPE_CHECKING:
     from vprl.executor.sandbox.restricted import Plan
@@ -308,7 +308,7 @@ def _become(uid: int) -> None:
 _HOST_PREFIXES = sorted(
     {
         **{prefix: "<python>" for prefix in (sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)},
-        str(Path(__file__).resolve().parents[3]): "<vprl>",
+        str(IMPORT_ROOT): "<vprl>",
     }.items(),
     key=lambda item: -len(item[0]),
 )

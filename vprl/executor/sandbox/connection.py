@@ -8,16 +8,16 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from vprl.executor.sandbox import framing
 from vprl.executor.sandbox.child import Limits
 from vprl.executor.sandbox.probe import LAYERS
+from vprl.paths import IMPORT_ROOT
 
-REPO_ROOT = str(Path(__file__).resolve().parents[3])
 # `-I`: no PYTHON* variables, no user site, no cwd on the path. The environment is rebuilt from
-# nothing, so tokens (HF_TOKEN, WANDB_API_KEY, ...) of the trainer never reach a sandbox.
+# nothing, so tokens (HF_TOKEN, WANDB_API_KEY, ...) of the trainer never reach a sandbox. The folder
+# that holds our vprl goes first, so the supervisor is this vprl even where -I hides how we found it.
 BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from vprl.executor.sandbox.supervisor import main; sys.exit(main(sys.argv[1:]))"
@@ -61,7 +61,7 @@ class SupervisorConnection:
         ours, theirs = socket.socketpair()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", BOOT, REPO_ROOT, str(theirs.fileno())],
+                [sys.executable, "-I", "-c", BOOT, str(IMPORT_ROOT), str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 env=CLEAN_ENV,
                 cwd="/",

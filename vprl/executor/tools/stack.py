@@ -11,6 +11,7 @@ import yaml
 
 from vprl.executor.tools.base import ToolBackend
 from vprl.executor.tools.images import ImageStore
+from vprl.paths import CHECKOUT
 
 # Imported lazily: the `hf` backend pulls in torch and transformers, which the sandbox never needs.
 BACKENDS: dict[str, str] = {
@@ -27,12 +28,9 @@ PATH_SETTINGS = frozenset({"scene_graphs"})
 
 # Where a stack given by name is looked up, in order: stacks shipped inside the package (where the
 # YAMLs must live for a non-editable install to carry them; `configs/` is no package) and the
-# checkout's `configs/tools/`, found upwards from this file so that moving the packages under one
-# namespace does not change it.
+# checkout's `configs/tools/`.
 PACKAGED_STACKS = Path(__file__).resolve().parent / "stacks"
-CHECKOUT_STACKS = next(
-    (p / "configs" / "tools" for p in Path(__file__).resolve().parents if (p / "configs" / "tools").is_dir()), None
-)
+CHECKOUT_STACKS = CHECKOUT / "configs" / "tools" if CHECKOUT else None
 STACK_DIRS: tuple[Path, ...] = tuple(d for d in (PACKAGED_STACKS, CHECKOUT_STACKS) if d is not None)
 
 

@@ -22,8 +22,6 @@ from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.sampling.generator import policy_sampling, sampling_fields
 from vprl.train.sampling.hf import HFGenerator
 
-REPO = Path(__file__).resolve().parents[3]
-
 
 @dataclass(frozen=True)
 class FamilyScore:
@@ -56,8 +54,6 @@ def tool_backend(tools: str, root: Path):
     """`oracle` (scene graphs of the world), `shapes` (pixels only), or a tool-stack YAML path."""
     if tools == "oracle":
         return build_backend({"backend": "oracle", "scene_graphs": [str(p) for p in scene_graph_files(root)]})
-    if tools == "shapes":
-        return build_backend(REPO / "configs/tools/shapes.yaml")
     return build_backend(tools)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from vprl.data.loaders import DATASETS
@@ -15,7 +14,6 @@ from vprl.train.evaluation.modes import FEEDBACK, MODES
 from vprl.train.prompts.prompt_config import LAYOUTS
 
 SHAPES_TASKS = ("train", "val", "heldout", "winoground", "sugarcrepe", "refcoco")
-REPO = Path(__file__).resolve().parents[3]
 
 
 # Keys that hold lists or mappings: real YAML lists and mappings in a config file; comma text
@@ -77,7 +75,7 @@ class EvalConfig:
         metadata={"help": "the fallback also answers refused programs and those scoring below this on unit tests"},
     )
     seeds: str = field(default="0", metadata={"help": "list of sampling seeds; every dataset is answered per seed"})
-    tools: str = field(default=str(REPO / "configs/tools/shapes.yaml"), metadata={"help": "tool stack YAML"})
+    tools: str = field(default="shapes", metadata={"help": "tool stack YAML"})
     self_tuning: str = field(default="", metadata={"help": "mapping of tool-stack overrides for self-tuning retries"})
     unit_tests: str = field(
         default="", metadata={"help": "mapping of unit-test reward settings for the test modes ({} for defaults)"}

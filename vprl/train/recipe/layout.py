@@ -29,11 +29,11 @@ import yaml
 
 from vprl.executor.tools.calls import TOOLS
 from vprl.executor.tools.devices import device_index, local_processes, vllm_refusal
+from vprl.paths import checkout_file
 from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.prompt_length import PromptLength, measure
 
-REPO = Path(__file__).resolve().parents[3]
-SIZES_FILE = REPO / "configs" / "layout" / "model_sizes.yaml"
+SIZES_FILE = "configs/layout/model_sizes.yaml"  # in the source checkout
 GIB = 2**30
 BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "auto": 2.0, "8bit": 1.1, "4bit": 0.55}
 HEADROOM = 0.95  # what of a GPU a layout may plan to use (CUDA context, fragmentation)
@@ -178,11 +178,16 @@ def model_size(name: str) -> ModelSize:
             getattr(text, "num_hidden_layers", None),
             getattr(text, "vocab_size", None),
         )
-    table = yaml.safe_load(SIZES_FILE.read_text(encoding="utf-8")) or {}
+    try:
+        table = yaml.safe_load(checkout_file(SIZES_FILE).read_text(encoding="utf-8")) or {}
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"layout: no size for {name!r}: its config is not in the local hub cache, and {exc}"
+        ) from None
     if name not in table:
         raise ConfigError(
-            f"layout: no size for {name!r}: its config is not in the local hub cache and {SIZES_FILE.name} does not "
-            "list it (add its parameter count there)"
+            f"layout: no size for {name!r}: its config is not in the local hub cache and {Path(SIZES_FILE).name} "
+            "does not list it (add its parameter count there)"
         )
     row = table[name]  # YAML reads 6.74e9 as text: numbers are converted here
     return ModelSize(float(row["params"]), *(int(row[k]) if k in row else None for k in ("hidden", "layers", "vocab")))

@@ -13,13 +13,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from vprl.paths import CHECKOUT
 from vprl.train.policy.loading import describe
 from vprl.train.recipe.checks import Checked
 from vprl.train.recipe.data import split_record
 from vprl.train.recipe.rl_config import RLConfig
 from vprl.train.runs.folder import git_commit, package_versions
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def manifest(
@@ -46,7 +45,8 @@ def manifest(
         "reward_scopes": {r: sorted(s) for r, s in (checked.reward_scopes or {}).items()} or None,
         "seed": cfg.training.seed,
         "packages": package_versions(),
-        "git": git_commit(REPO),
+        # an installed vprl has no commit of its own (git there would name the surrounding project's)
+        "git": git_commit(CHECKOUT) if CHECKOUT else {"commit": None, "dirty": None},
         "command": sys.argv,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "resumed_from": str(checkpoint[1]) if checkpoint else None,
