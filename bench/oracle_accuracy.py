@@ -13,7 +13,7 @@
    every miss with what the oracle answered.
 
 Programs run in-process (`vprl.executor.program.run_in_process`, no sandbox) against the oracle built
-from the scene graphs, as `python -m vprl.executor.run --sandbox none --tools configs/tools/oracle.yaml`
+from the scene graphs, as `python -m vprl.executor.run --sandbox none --tools oracle`
 would run them; a program the oracle makes fail counts as wrong.
 """
 
@@ -37,7 +37,7 @@ from vprl.executor.tools.local import LocalToolClient
 from vprl.executor.tools.stack import build_backend
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "configs" / "tools" / "oracle.yaml"
+CONFIG = "oracle"  # the named stack
 FIXTURES = REPO / "tests" / "fixtures"
 PROGRAMS = FIXTURES / "oracle_gqa_programs.jsonl"
 SCENES = FIXTURES / "oracle_gqa_scenes.json"

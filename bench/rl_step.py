@@ -158,7 +158,7 @@ def main() -> None:
                 "--dataset=shapes",
                 f"--dataset_root={world}",
                 "--prompt_layout=bare",
-                "--tool_stack=configs/tools/shapes.yaml",
+                "--tool_stack=shapes",
                 f"--executor_slots={args.slots}",
                 f"--output_dir={out / mode}",
                 f"--max_steps={args.steps}",

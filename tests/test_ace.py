@@ -26,7 +26,7 @@ from vprl.train.rollouts.log import RolloutLog, RolloutRow
 from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.runs.folder import write_manifest
 
-TOOL_STACK = {"file": "configs/tools/oracle.yaml", "config": {"backend": "oracle", "min_visible": 0.5}}
+TOOL_STACK = {"file": "oracle", "config": {"backend": "oracle", "min_visible": 0.5}}
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +249,7 @@ def test_stanic_cli_runs_a_hf_policy(world, tmp_path, capsys):
                 "model_name_or_path": str(tmp_path / "policy"),
                 "dataset": "shapes",
                 "dataset_root": str(root),
-                "tool_stack": "configs/tools/oracle.yaml",
+                "tool_stack": "oracle",
                 "executor_slots": 2,
                 "ids": ids,
                 "max_new_tokens": 8,
@@ -311,7 +311,7 @@ def test_from_run_drops_programs_right_for_the_wrong_reason(world, tmp_path):
         run,
         {
             "policy": {"name": "tiny"},
-            "tool_stack": {"file": "configs/tools/shapes.yaml", "config": {"backend": "shapes"}},
+            "tool_stack": {"file": "shapes", "config": {"backend": "shapes"}},
             "dataset": {"dataset": "shapes"},
             "executor": {"slots": 2, "sandbox": "full"},
         },

@@ -59,7 +59,7 @@ def _jsonl(env, name: str, *rows) -> str:
     return _write(env, name, "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
 
 
-def _exec(env, programs: str, *extra: str, examples: str | None = None, tools="configs/tools/shapes.yaml"):
+def _exec(env, programs: str, *extra: str, examples: str | None = None, tools="shapes"):
     examples = examples or str(env["root"] / "examples.jsonl")
     out = str(env["root"] / "results.jsonl")
     return [
@@ -176,7 +176,7 @@ CASES = [
     (
         "rl-tool-stack",
         "vprl/train/rl.py",
-        lambda e: ["--config", _recipe(e), "--tool_stack", "configs/tools/none.yaml"],
+        lambda e: ["--config", _recipe(e), "--tool_stack", "stacks/none.yaml"],
         r"tool_stack: .*none\.yaml does not exist",
     ),
     (
@@ -382,14 +382,14 @@ CASES = [
     (
         "exec-missing-stack",
         "vprl.executor.run",
-        lambda e: _exec(e, str(e["root"] / "programs.jsonl"), tools="configs/tools/none.yaml"),
-        r"tool stack configs/tools/none\.yaml does not exist",
+        lambda e: _exec(e, str(e["root"] / "programs.jsonl"), tools="stacks/none.yaml"),
+        r"tool stack stacks/none\.yaml does not exist",
     ),
     (
         "exec-oracle-without-scene-graphs",
         "vprl.executor.run",
-        lambda e: _exec(e, str(e["root"] / "programs.jsonl"), tools="configs/tools/oracle.yaml"),
-        r"oracle\.yaml: the oracle backend needs `scene_graphs:`",
+        lambda e: _exec(e, str(e["root"] / "programs.jsonl"), tools="oracle"),
+        r"oracle(\.yaml)?: the oracle backend needs `scene_graphs:`",
     ),
     (
         "exec-answers-not-a-list",
@@ -418,8 +418,8 @@ CASES = [
     (
         "serve-missing-stack",
         "vprl.executor.serve",
-        lambda e: ["--tools", "configs/tools/none.yaml"],
-        r"tool stack configs/tools/none\.yaml does not exist",
+        lambda e: ["--tools", "stacks/none.yaml"],
+        r"tool stack stacks/none\.yaml does not exist",
     ),
 ]
 

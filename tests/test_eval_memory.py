@@ -153,7 +153,7 @@ def test_layout_that_cannot_fit_is_refused_in_one_line_naming_the_components(tmp
     fake, events = gpu
     fake.total = 40.0
     argv = ["--policy", tiny[0], "--shapes_root", str(world), "--datasets", "shapes:val", "--layout", "bare"]
-    argv += ["--tools", str(REPO / "configs/tools/vipergpt.yaml"), "--generator", "vllm"]
+    argv += ["--tools", str(REPO / "vprl/executor/tools/stacks/vipergpt.yaml"), "--generator", "vllm"]
     argv += ["--vllm_gpu_memory_utilization", "0.5", "--out", str(tmp_path / "out")]
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -165,7 +165,7 @@ def test_layout_that_cannot_fit_is_refused_in_one_line_naming_the_components(tmp
 
 
 def test_tools_beside_the_transformers_policy_or_on_a_missing_gpu_are_refused(tmp_path, world, tiny):
-    stack = yaml.safe_load((REPO / "configs/tools/vipergpt.yaml").read_text())
+    stack = yaml.safe_load((REPO / "vprl/executor/tools/stacks/vipergpt.yaml").read_text())
     path = tmp_path / "stack.yaml"
     cfg = _cfg(tmp_path, world, tiny, tools=str(path), generator="hf")
     path.write_text(yaml.safe_dump(stack))

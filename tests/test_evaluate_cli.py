@@ -59,7 +59,7 @@ def _cfg(tmp_path, world, model, **kw):
         ({"datasets": "shapes:nope"}, r"unknown dataset 'shapes:nope'; valid names: .*shapes:heldout"),
         ({"datasets": "vqav2"}, r"'vqav2' needs its root folder in data_roots"),
         ({"shapes_root": "/no/such/world"}, r"needs shapes_root, a shapes world folder .*'/no/such/world'"),
-        ({"tools": "configs/tools/no_such.yaml"}, r"tools: tool stack configs/tools/no_such.yaml does not exist"),
+        ({"tools": "stacks/no_such.yaml"}, r"tools: tool stack stacks/no_such.yaml does not exist"),
         (
             {"tools": "no_such_stack"},
             r"tools: tool stack 'no_such_stack': no file of that name .*named stacks: .*shapes",

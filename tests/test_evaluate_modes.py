@@ -1,5 +1,5 @@
 """Every inference mode on the shapes world, through the sandboxed executor with the pixel-only
-`shapes` tools (configs/tools/shapes.yaml) and the rule-based visual unit tests.
+`shapes` tools (the stack named `shapes`) and the rule-based visual unit tests.
 
 The policy is `ScriptedPolicy` (tests/evaluate_helpers.py), a `Generator` test double that makes
 mistakes: for most queries its greedy program is a plausible wrong one (a mutant of the gold, a
@@ -24,7 +24,7 @@ from vprl.train.evaluation.modes import EvalContext, ModeConfig, run_mode
 from vprl.train.evaluation.plan import prompt_template
 from vprl.train.sampling.generator import policy_sampling
 
-SHAPES = "configs/tools/shapes.yaml"
+SHAPES = "shapes"
 
 
 class _Prompts:

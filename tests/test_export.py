@@ -74,7 +74,7 @@ def _make_run(run, base_path, quantization="none", adapter_rel="adapter"):
             "load_in_4bit": quantization == "4bit",
             "lora": {"r": 4, "alpha": 8, "dropout": 0.05, "target_modules": ["q_proj", "v_proj"]},
         },
-        "tool_stack": {"file": "configs/tools/oracle.yaml", "config": {"backend": "oracle", "min_visible": 0.5}},
+        "tool_stack": {"file": "oracle", "config": {"backend": "oracle", "min_visible": 0.5}},
         "prompt_hash": "0123456789abcdef",
         "prompt": {"vqa": {"variant": "vipergpt", "task": "vqa"}},
         "dataset": {"dataset": "shapes", "tasks": ["train"], "examples": 2, "split_id": "shapes:train-5f3a"},

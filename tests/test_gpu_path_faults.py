@@ -12,7 +12,7 @@ import pytest
 from rl_tiny import FakeVLLMGeneration, build_policy, build_world, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
-SHAPES_STACK = str(REPO / "configs/tools/shapes.yaml")
+SHAPES_STACK = "shapes"
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +354,7 @@ def test_self_tuning_on_the_hf_stack_can_be_configured():
     from vprl.train.evaluation.config import EvalConfig
     from vprl.train.evaluation.plan import check_tools, mode_configs
 
-    stack = str(REPO / "configs/tools/viunit.yaml")
+    stack = "viunit"
     cfg = EvalConfig(tools=stack, modes="self_tuning", self_tuning='{"detect": {"box_threshold": 0.1}}')
     check_tools(cfg, mode_configs(cfg))
     merged = stack_settings(read_tool_stack(stack), {"detect": {"box_threshold": 0.1}})

@@ -162,9 +162,9 @@ def test_tool_stack_yamls_are_valid_hf_configs(name):
     import yaml
 
     from vprl.executor.tools.hf.settings import parse_config
-    from vprl.executor.tools.stack import stack_settings
+    from vprl.executor.tools.stack import stack_path, stack_settings
 
-    with open(f"{os.path.dirname(__file__)}/../configs/tools/{name}.yaml") as fh:
+    with open(stack_path(name)) as fh:
         config = yaml.safe_load(fh)
     assert config["backend"] == "hf" and config["serve"]  # and how to serve it (vprl/executor/serve)
     config = stack_settings(config, {})  # the backend's settings, as build_backend passes them

@@ -93,7 +93,7 @@ def test_a_label_free_run_never_reads_the_answers(tmp_path, world):
         model_name_or_path=str(policy),
         dataset_root=str(world),
         dataset_mixture={"seed": 1, "datasets": [{**ENTRIES[0], "weight": 3.0}, *ENTRIES[1:]]},
-        tool_stack=str(REPO / "configs/tools/shapes.yaml"),
+        tool_stack="shapes",
         output_dir=str(run),
         rewards=[
             {

@@ -105,7 +105,7 @@ elif name == "hostname":
     log()
     print("10.0.0.7")
 elif name == "python" and args[:2] == ["-m", "vprl.train.recipe"]:
-    print("tool_stack=configs/tools/viunit.yaml\\nmodel_name_or_path=codellama/CodeLlama-7b-Python-hf")
+    print("tool_stack=viunit\\nmodel_name_or_path=codellama/CodeLlama-7b-Python-hf")
 elif name == "python" and args[:1] == ["vprl/train/rl.py"]:
     log()
     sys.exit(int(os.environ.get("TRAIN_EXIT", "0")))

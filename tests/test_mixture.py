@@ -21,7 +21,7 @@ from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.rl_config import parse_rl_config
 
 REPO = Path(__file__).resolve().parents[1]
-SHAPES_STACK = str(REPO / "configs/tools/shapes.yaml")
+SHAPES_STACK = "shapes"
 MIXTURE = {
     "seed": 3,
     "datasets": [

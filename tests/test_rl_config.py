@@ -9,6 +9,7 @@ import yaml
 
 from vprl.data.records import Example
 from vprl.executor.results import ExecutionResult
+from vprl.executor.tools.stack import stack_path
 from vprl.rewards.compose import RewardBatch
 from vprl.rewards.trl_adapter import TrlRewardAdapter
 from vprl.train.online.trainers import stop_length, zero_variance_rows
@@ -35,7 +36,7 @@ def test_every_recipe_parses(recipe):
     assert cfg.algorithm in ALGORITHMS
     assert cfg.policy.lora_r == 16 and cfg.policy.lora_alpha == 32 and cfg.policy.lora_dropout == 0.05
     assert cfg.training.learning_rate == 2e-4 and cfg.training.max_grad_norm == 0.3
-    assert (REPO / cfg.executor.tool_stack).is_file()
+    assert stack_path(cfg.executor.tool_stack).is_file()  # a named stack, shipped in the package
     assert cfg.rewards.rewards and all(isinstance(r, dict) for r in cfg.rewards.rewards)
     if cfg.algorithm == "grpo":
         assert (cfg.training.temperature, cfg.training.top_p, cfg.training.max_completion_length) == (1.0, 0.9, 320)
@@ -46,7 +47,7 @@ def test_every_recipe_parses(recipe):
 def test_the_quickstart_recipes_parse_for_a_cpu(recipe):
     cfg = parse_rl_config(["--config", str(recipe)])
     assert cfg.algorithm == "grpo" and cfg.training.use_cpu and not cfg.training.bf16
-    assert cfg.prompt.prompt_layout == "bare" and Path(REPO / cfg.executor.tool_stack).is_file()
+    assert cfg.prompt.prompt_layout == "bare" and stack_path(cfg.executor.tool_stack).is_file()
     assert len(QUICKSTARTS) == 2
 
 
@@ -159,7 +160,7 @@ def test_unknown_reward(tmp_path, fake_model, shapes_world):
         r"rewards: unknown reward 'corectness'; registered rewards: \[.*'correctness'",
         model_name_or_path=str(model),
         dataset_root=str(shapes_world),
-        tool_stack=str(REPO / "configs/tools/shapes.yaml"),
+        tool_stack="shapes",
         rewards=["corectness"],
     )
 
@@ -175,7 +176,7 @@ def test_vllm_missing_is_named(tmp_path, fake_model, shapes_world):
         r"use_vllm: vLLM is not installed",
         model_name_or_path=str(model),
         dataset_root=str(shapes_world),
-        tool_stack=str(REPO / "configs/tools/shapes.yaml"),
+        tool_stack="shapes",
         use_vllm=True,
     )
 

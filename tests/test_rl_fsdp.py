@@ -45,7 +45,7 @@ def test_grpo_trains_two_steps_under_fsdp2_on_two_cpu_processes(tmp_path, assets
         tmp_path / "recipe.yaml",
         model_name_or_path=str(policy),
         dataset_root=str(world),
-        tool_stack=str(REPO / "configs/tools/shapes.yaml"),
+        tool_stack="shapes",
         output_dir=str(tmp_path / "run"),
         warmup_steps=0,
         max_steps=2,

@@ -19,7 +19,7 @@ from rl_tiny import FakeVLLMGeneration, build_policy, build_world, write_recipe
 from vprl.train.rollouts.log import RolloutLog
 
 REPO = Path(__file__).resolve().parents[1]
-SHAPES_STACK = str(REPO / "configs/tools/shapes.yaml")
+SHAPES_STACK = "shapes"
 
 
 @pytest.fixture(scope="module")

@@ -257,7 +257,7 @@ def test_cli_end_to_end(tmp_path, capsys):
         [
             "--examples", str(tmp_path / "examples.jsonl"),
             "--programs", str(tmp_path / "programs.jsonl"),
-            "--tools", "configs/tools/oracle.yaml",
+            "--tools", "oracle",
             "--set", f"scene_graphs={graphs}",
             "--out", str(out),
             "--timeout", "2",

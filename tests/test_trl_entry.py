@@ -258,18 +258,13 @@ def test_the_session_config_round_trips_and_names_a_bad_field():
 
 
 def test_tool_stacks_resolve_by_name(tmp_path, monkeypatch):
-    assert stack.stack_path("shapes") == REPO / "configs" / "tools" / "shapes.yaml"
+    assert stack.stack_path("shapes") == REPO / "vprl" / "executor" / "tools" / "stacks" / "shapes.yaml"
     assert stack.read_tool_stack("viunit")["backend"] == "hf"
     assert {"shapes", "viunit", "oracle"} <= set(stack.stack_names())
     with pytest.raises(FileNotFoundError, match=r"'shape'.*named stacks: \[.*'shapes'"):
         stack.read_tool_stack("shape")
-    # a path is a path; packaged stacks (an installed vprl) come before the checkout's
-    packaged = tmp_path / "stacks"
-    packaged.mkdir()
-    (packaged / "shapes.yaml").write_text(yaml.safe_dump({"backend": "oracle", "scene_graphs": []}))
-    monkeypatch.setattr(stack, "STACK_DIRS", (packaged, *stack.STACK_DIRS))
-    assert stack.read_tool_stack("shapes")["backend"] == "oracle"
-    assert stack.read_tool_stack(str(REPO / "configs/tools/shapes.yaml"))["backend"] == "shapes"
+    # a path is a path, a file of a stack's name in the working directory included
+    assert stack.read_tool_stack(str(stack.NAMED_STACKS / "shapes.yaml"))["backend"] == "shapes"
     monkeypatch.chdir(tmp_path)
     (tmp_path / "viunit").write_text(yaml.safe_dump({"backend": "shapes"}))
     assert stack.read_tool_stack("viunit")["backend"] == "shapes"

@@ -34,7 +34,7 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runner():
-    with SyncRunner(ToolHost(build_backend("configs/tools/shapes.yaml")), RunnerConfig(slots=2)) as r:
+    with SyncRunner(ToolHost(build_backend("shapes")), RunnerConfig(slots=2)) as r:
         yield r
 
 

@@ -75,7 +75,7 @@ def test_unit_test_outcomes_reach_the_rollout_rows_and_the_page(world, tmp_path)
     wrong = 'def execute_command(image):\n    return "purple"\n'
     examples, programs = examples * 2, [gold[e.query] for e in examples] + [wrong] * 2
     spec = RewardSpec("unit_tests", 1.0, {"cache_dir": str(tmp_path / "cache"), "num_tests": 3})
-    with SyncRunner(ToolHost(build_backend("configs/tools/shapes.yaml")), RunnerConfig(slots=2)) as runner:
+    with SyncRunner(ToolHost(build_backend("shapes")), RunnerConfig(slots=2)) as runner:
         composer = RewardComposer(RewardConfig((spec,)), resources={"runner": runner})
         results = runner.run(list(zip(examples, programs)))
         scored = ScoredBatch(results, composer(examples, results, programs))

@@ -95,7 +95,7 @@ def _run(tmp_path, assets, monkeypatch, use_vllm: bool, replay: list | None = No
         tmp_path / f"{out.name}.yaml",
         model_name_or_path=str(policy),
         dataset_root=str(world),
-        tool_stack="configs/tools/shapes.yaml",
+        tool_stack="shapes",
         output_dir=str(out),
         warmup_steps=0,
         max_steps=1,

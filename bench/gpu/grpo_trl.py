@@ -57,7 +57,7 @@ def grpo_trl(ctx: Context) -> None:
     argv = [
         f"--model_name_or_path={policy_dir}", "--dataset=shapes", f"--dataset_root={ctx.root / 'world'}",
         f"--dataset_limit={s['micro_batch'] * s['accumulation'] // s['generations']}",
-        *(f"--prompt_{k}={v}" for k, v in prompt_settings(ctx).items() if v is not None), "--tool_stack=configs/tools/viunit.yaml",
+        *(f"--prompt_{k}={v}" for k, v in prompt_settings(ctx).items() if v is not None), "--tool_stack=viunit",
         f"--output_dir={ctx.root / 'trl_run'}", f"--max_steps={ctx.steps}", f"--num_generations={s['generations']}",
         f"--per_device_train_batch_size={s['micro_batch']}", f"--gradient_accumulation_steps={s['accumulation']}",
         f"--max_completion_length={s['completion']}", "--report_to=none", "--save_strategy=no", "--logging_steps=1",

@@ -8,7 +8,7 @@ import copy
 from types import SimpleNamespace
 
 from bench.gpu import models
-from bench.gpu.context import REPO, STACKS, Context
+from bench.gpu.context import STACKS, Context
 from bench.gpu.step import shape
 
 
@@ -30,7 +30,7 @@ def layout(ctx: Context) -> None:
     ctx.rec.write("layout", "component", component=policy.name, predicted_gib=round(policy.gib, 3),
                   predicted_as_run_gib=round(policy.gib, 3), measured_gib=_measured(ctx, "policy (training)"),
                   measured_as="peak of forward/backward (the policy alone on the GPU)")  # fmt: skip
-    stack = read_tool_stack(REPO / "configs/tools/viunit.yaml")
+    stack = read_tool_stack("viunit")
     as_run = copy.deepcopy(stack)  # what was built: bf16, no quantization
     as_run.update(dtype="bfloat16", quantization="none")
     for block in as_run.values():

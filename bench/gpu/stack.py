@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from bench.gpu import models
-from bench.gpu.context import REPO, STACKS, Context, Peak, allocated_gib
+from bench.gpu.context import STACKS, Context, Peak, allocated_gib
 
 # The tools measured one call at a time as well; ViUniT's itm is verify's CLIP again.
 SPEED_TOOLS = {"viunit": ("detect", "verify", "vqa", "caption"), "vipergpt": ("verify", "depth")}
@@ -23,7 +23,7 @@ def backend(ctx: Context, name: str) -> Any:
     from vprl.executor.tools.images import ImageStore
     from vprl.executor.tools.stack import read_tool_stack, stack_settings
 
-    settings = stack_settings(read_tool_stack(REPO / f"configs/tools/{name}.yaml"), {})
+    settings = stack_settings(read_tool_stack(name), {})
     settings.update(device=ctx.device, dtype="bfloat16" if ctx.cuda else "float32", quantization="none")
     for tool in models.VISION_TOOLS:
         block = settings.get(tool)

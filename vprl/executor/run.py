@@ -1,7 +1,7 @@
 """Run programs on examples in the sandbox and write one result row per program.
 
     python -m vprl.executor.run --examples EXAMPLES.jsonl --programs PROGRAMS.jsonl \\
-        --tools configs/tools/oracle.yaml --set scene_graphs=val_sceneGraphs.json --out RESULTS.jsonl
+        --tools oracle --set scene_graphs=val_sceneGraphs.json --out RESULTS.jsonl
 
 Program rows are `{"id", "example_id", "program"}`; each result row is that `id` plus the fields of
 `ExecutionResult`. A summary of statuses and tool-host metrics is printed at the end.
@@ -37,7 +37,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = CommandParser(prog="python -m vprl.executor.run", description=__doc__.split("\n")[0])
     p.add_argument("--examples", required=True, help="JSONL of vprl.data.records.Example rows")
     p.add_argument("--programs", required=True, help='JSONL of {"id", "example_id", "program"} rows')
-    p.add_argument("--tools", required=True, help="tool stack YAML (configs/tools/*.yaml)")
+    p.add_argument(
+        "--tools",
+        required=True,
+        help="a named stack (vprl/executor/tools/stacks/: shapes, oracle, viunit, ...) or any stack YAML's path",
+    )
     p.add_argument("--out", required=True, help="where to write the result rows (JSONL)")
     p.add_argument(
         "--timeout", type=float, default=5.0, value_range=POSITIVE, help="seconds per program, tool waits excluded"

@@ -1,4 +1,4 @@
-"""Deploy a tool stack as a service: `python -m vprl.executor.serve --tools configs/tools/X.yaml [--address auto]`.
+"""Deploy a tool stack as a service: `python -m vprl.executor.serve --tools X [--address auto]` (a named stack or a stack YAML's path).
 
 With `--address` (a cluster started with `ray start --head`, "auto" on its node) the tools are
 deployed into it and stay there after this command exits; clients name the same stack and the
@@ -19,7 +19,11 @@ from vprl.executor.tools.stack import read_tool_stack
 
 def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="python -m vprl.executor.serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tools", required=True, help="tool stack YAML (configs/tools/*.yaml)")
+    parser.add_argument(
+        "--tools",
+        required=True,
+        help="a named stack (vprl/executor/tools/stacks/: viunit, ...) or any stack YAML's path",
+    )
     parser.add_argument("--address", default=None, help="Ray cluster address ('auto': this node's); none: start one")
     parser.add_argument("--delete", action="store_true", help="remove the stack's applications instead")
     args = parser.parse_args(argv)

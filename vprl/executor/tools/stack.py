@@ -1,5 +1,5 @@
-"""Tool stacks: a YAML file (`configs/tools/*.yaml`) naming a backend and its settings, given by its
-path or by its name (`"shapes"` is `configs/tools/shapes.yaml`)."""
+"""Tool stacks: a YAML file naming a backend and its settings, given by its path (any YAML of the
+user's) or by its name (`"shapes"` is `vprl/executor/tools/stacks/shapes.yaml`, shipped in the package)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 
 from vprl.executor.tools.base import ToolBackend
 from vprl.executor.tools.images import ImageStore
-from vprl.paths import CHECKOUT
+from vprl.paths import PACKAGE
 
 # Imported lazily: the `hf` backend pulls in torch and transformers, which the sandbox never needs.
 BACKENDS: dict[str, str] = {
@@ -26,12 +26,9 @@ BACKENDS: dict[str, str] = {
 PATH_SETTINGS = frozenset({"scene_graphs"})
 
 
-# Where a stack given by name is looked up, in order: stacks shipped inside the package (where the
-# YAMLs must live for a non-editable install to carry them; `configs/` is no package) and the
-# checkout's `configs/tools/`.
-PACKAGED_STACKS = Path(__file__).resolve().parent / "stacks"
-CHECKOUT_STACKS = CHECKOUT / "configs" / "tools" if CHECKOUT else None
-STACK_DIRS: tuple[Path, ...] = tuple(d for d in (PACKAGED_STACKS, CHECKOUT_STACKS) if d is not None)
+# The stacks a name stands for: inside the package, so that a non-editable install carries them
+# (`configs/` is no package and stays behind).
+NAMED_STACKS = PACKAGE / "executor" / "tools" / "stacks"
 
 
 def _resolve(value: Any, base: Path) -> Any:
@@ -51,7 +48,7 @@ def backend_class(name: str) -> type[ToolBackend]:
 
 def stack_names() -> list[str]:
     """The stacks that can be named without a path."""
-    return sorted({p.stem for d in STACK_DIRS if d.is_dir() for p in d.glob("*.yaml")})
+    return sorted(p.stem for p in NAMED_STACKS.glob("*.yaml"))
 
 
 def stack_path(ref: str | Path) -> Path:
@@ -61,14 +58,13 @@ def stack_path(ref: str | Path) -> Path:
     if path.exists():
         return path
     if len(path.parts) == 1 and not path.suffix:
-        for folder in STACK_DIRS:
-            if (folder / f"{path.name}.yaml").is_file():
-                return folder / f"{path.name}.yaml"
+        if (NAMED_STACKS / f"{path.name}.yaml").is_file():
+            return NAMED_STACKS / f"{path.name}.yaml"
         raise FileNotFoundError(
             f"tool stack {str(ref)!r}: no file of that name and no named stack; named stacks: {stack_names()}"
         )
     raise FileNotFoundError(
-        f"tool stack {path} does not exist (stacks live in configs/tools/*.yaml; named: {stack_names()})"
+        f"tool stack {path} does not exist (give a stack YAML's path or a named stack: {stack_names()})"
     )
 
 

@@ -101,7 +101,12 @@ PromptArgs = _prefixed(
 
 @dataclass
 class ExecutorArgs:
-    tool_stack: str = field(default="configs/tools/shapes.yaml", metadata={"help": "configs/tools/*.yaml"})
+    tool_stack: str = field(
+        default="shapes",
+        metadata={
+            "help": "a named stack (vprl/executor/tools/stacks/: shapes, oracle, viunit, ...) or any stack YAML's path"
+        },
+    )
     tool_overrides: str | None = field(default=None, metadata={"help": "backend settings replacing the stack's"})
     executor_slots: int | None = field(default=None, metadata={"help": "sandboxes in parallel (None: cores)"})
     executor_timeout_s: float = field(

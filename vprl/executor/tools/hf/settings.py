@@ -1,6 +1,6 @@
 """The hf backend's configuration: top-level placement defaults plus one settings block per tool.
 
-A tool stack YAML (e.g. `configs/tools/viunit.yaml`) minus its `backend:` key is passed as keyword
+A tool stack YAML (e.g. `vprl/executor/tools/stacks/viunit.yaml`, the stack named `viunit`) minus its `backend:` key is passed as keyword
 arguments to `HFBackend`. Unknown keys are errors that list the valid ones, at every level.
 Defaults are the papers' settings (ViUniT's, [U] C.2; see `docs/references.md#tool-stacks`).
 """
