@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from vprl.data.records import Example
+from vprl.executor.tools.stack import stack_path
 from vprl.train.recipe import layout
 from vprl.train.recipe.checks import reward_config
 from vprl.train.recipe.data import prompt_configs
@@ -28,7 +29,7 @@ def recipe_prompts(cfg, queries) -> list[str]:
 
 def _plan(recipe: str, gpus: list[float], *extra: str, queries=("Is there a red car?",), prompts=None):
     cfg = parse_rl_config(["--config", str(REPO / "configs" / recipe), *extra])
-    stack = yaml.safe_load((REPO / cfg.executor.tool_stack).read_text())
+    stack = yaml.safe_load(stack_path(cfg.executor.tool_stack).read_text())
     prompts = recipe_prompts(cfg, queries) if prompts is None else prompts
     return layout.plan_layout(cfg, stack, reward_config(cfg), list(queries), gpus, prompts)
 
@@ -147,7 +148,7 @@ def test_item9_served_tool_calls_beyond_the_replicas_batches_warn():
 
     args = ["--config", str(REPO / "configs/grpo_codellama_gqa_correctness.yaml"), "--tool_service", "auto"]
     cfg = parse_rl_config([*args, "--executor_slots", "30"])
-    stack = yaml.safe_load((REPO / cfg.executor.tool_stack).read_text())
+    stack = yaml.safe_load(stack_path(cfg.executor.tool_stack).read_text())
     (blip2,) = [m for m in served_tools_warnings(cfg, stack) if m.startswith("tool service blip2")]
     assert "30 calls at once against 2 replica(s) x max_batch_size 4" in blip2 and "4 batches" in blip2
     assert served_tools_warnings(parse_rl_config([*args, "--executor_slots", "8"]), stack) == []

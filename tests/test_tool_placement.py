@@ -23,6 +23,7 @@ from test_layout import recipe_prompts  # noqa: E402
 from vprl.executor.host import ToolHost  # noqa: E402
 from vprl.executor.tools.calls import ToolCall  # noqa: E402
 from vprl.executor.tools.hf import HFBackend  # noqa: E402
+from vprl.executor.tools.stack import stack_path  # noqa: E402
 from vprl.train.recipe import layout  # noqa: E402
 from vprl.train.recipe.checks import reward_config  # noqa: E402
 from vprl.train.recipe.parsing import ConfigError  # noqa: E402
@@ -156,7 +157,7 @@ def test_a_vllm_engine_is_refused_on_a_rank_whose_gpu_vllm_would_not_use(monkeyp
 
 def _plan(recipe: str, gpus: list[float], *extra: str):
     cfg = parse_rl_config(["--config", str(REPO / "configs" / recipe), *extra])
-    stack = yaml.safe_load((REPO / cfg.executor.tool_stack).read_text())
+    stack = yaml.safe_load(stack_path(cfg.executor.tool_stack).read_text())
     queries = ["Is there a red car?"]
     return layout.plan_layout(cfg, stack, reward_config(cfg), queries, gpus, recipe_prompts(cfg, queries))
 
