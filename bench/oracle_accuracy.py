@@ -29,12 +29,12 @@ import numpy as np
 from PIL import Image
 
 from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
-from vprl.data.shapes.tasks import load_shapes_tasks, scene_graph_files
+from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.executor.api import SourceImage
+from vprl.executor.backends import open_backend
 from vprl.executor.program import run_in_process
 from vprl.executor.tools.images import ImageStore
 from vprl.executor.tools.local import LocalToolClient
-from vprl.executor.tools.stack import build_backend
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = "oracle"  # the named stack
@@ -50,7 +50,7 @@ def _norm(answer) -> str:
 def shapes_accuracy(world: Path) -> dict[str, list[int]]:
     """Per task (train, val, heldout): [right, total] of the gold programs on the oracle."""
     gold = load_gold_programs(world)["vqa"]
-    backend = build_backend(CONFIG, scene_graphs=[str(p) for p in scene_graph_files(world)])
+    backend = open_backend(CONFIG, worlds=[world])
     client = LocalToolClient(backend)
     acc: dict[str, list[int]] = {}
     for task, examples in load_shapes_tasks(world, ["train", "val", "heldout"]).items():
@@ -81,7 +81,7 @@ def fixture_results(programs: Path = PROGRAMS, scenes: Path = SCENES) -> list[di
     graphs = json.loads(scenes.read_text())
     records = [json.loads(line) for line in programs.read_text().splitlines() if line.strip()]
     store = ImageStore()
-    backend = build_backend(CONFIG, images=store, scene_graphs=str(scenes))
+    backend = open_backend(CONFIG, store, scene_graphs=str(scenes))
     client = LocalToolClient(backend)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

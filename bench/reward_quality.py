@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vprl.data.records import Example  # noqa: E402
 from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs  # noqa: E402
 from vprl.data.shapes.mutations import mutate  # noqa: E402
-from vprl.data.shapes.tasks import load_shapes_tasks, scene_graph_files  # noqa: E402
+from vprl.data.shapes.tasks import load_shapes_tasks  # noqa: E402
+from vprl.executor.backends import open_backend  # noqa: E402
 from vprl.executor.host import ToolHost  # noqa: E402
 from vprl.executor.runner import RunnerConfig, SyncRunner  # noqa: E402
-from vprl.executor.tools.stack import build_backend  # noqa: E402
 from vprl.rewards.compose import RewardComposer, RewardConfig  # noqa: E402
 from vprl.rewards.correctness import correctness  # noqa: E402
 from vprl.rewards.registry import reward_names  # noqa: E402
@@ -81,12 +81,6 @@ def candidate_pairs(root: Path, seed: int, constants: bool = True) -> list[Candi
                 pairs.extend(Candidate(example, program, f"always_{a}", constant_program(a)) for a in ("yes", "no"))
     random.Random(seed).shuffle(pairs)
     return pairs
-
-
-def backend_config(name: str, root: Path) -> dict:
-    if name == "oracle":
-        return {"backend": "oracle", "scene_graphs": [str(p) for p in scene_graph_files(root)]}
-    return {"backend": name}
 
 
 def reward_variants(names: list[str], unit_test_variants: list[dict]) -> list[tuple[str, str, dict]]:
@@ -136,7 +130,7 @@ def run_backend(backend_name: str, root: Path, candidates: list[Candidate], args
     # 1. execute gold and mutants; keep pairs whose mutant is wrong on the example
     examples = [c.example for c in candidates for _ in (0, 1)]
     programs = [s for c in candidates for s in (c.gold, c.program)]
-    with SyncRunner(ToolHost(build_backend(backend_config(backend_name, root))), RunnerConfig(slots=args.slots)) as r:
+    with SyncRunner(ToolHost(open_backend(backend_name, worlds=[root])), RunnerConfig(slots=args.slots)) as r:
         results = r.run(list(zip(examples, programs)))
     kept: list[int] = []
     for i in range(len(candidates)):
@@ -161,7 +155,7 @@ def run_backend(backend_name: str, root: Path, candidates: list[Candidate], args
     rows = []
     for number, (label, name, settings) in enumerate(reward_variants(args.rewards, args.unit_test_variants)):
         # 2. a fresh host re-runs the programs (its cache then holds their calls), then the reward, twice
-        host = ToolHost(build_backend(backend_config(backend_name, root)))
+        host = ToolHost(open_backend(backend_name, worlds=[root]))
         with SyncRunner(host, RunnerConfig(slots=args.slots)) as runner:
             res = runner.run(list(zip(ex, progs)))
             if name == "unit_tests":

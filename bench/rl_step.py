@@ -137,9 +137,9 @@ def main() -> None:
         if not args.world:
             ap.error("--world is needed with --policy")
 
+    from vprl.executor.backends import open_backend
     from vprl.executor.host import ToolHost
     from vprl.executor.runner import SyncRunner
-    from vprl.executor.tools.stack import build_backend
     from vprl.rewards.compose import RewardComposer
     from vprl.train.recipe.checks import validate
     from vprl.train.recipe.data import build_prompts
@@ -179,7 +179,10 @@ def main() -> None:
         prompted = build_prompts(checked.examples, checked.prompts)
         for mode in modes:  # every executor starts before any model is loaded
             runners[mode] = stack.enter_context(
-                SyncRunner(ToolHost(build_backend(checked.tool_stack)), checked.runner)
+                SyncRunner(
+                    ToolHost(open_backend(checked.tool_stack, service=checked.tool_service, **checked.tool_overrides)),
+                    checked.runner,
+                )
             )
         composers = {m: checked.composer({"runner": runners[m]}) for m in modes}
         timed(RewardComposer, "__call__", "reward", totals)  # once: the class is shared by both modes

@@ -30,7 +30,6 @@ from vprl.executor.sandbox.connection import SandboxUnavailable
 from vprl.executor.serve.deploy import ServiceUnavailable
 from vprl.executor.tools.base import ToolBackend
 from vprl.executor.tools.images import ImageStore
-from vprl.executor.tools.stack import read_tool_stack
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -101,14 +100,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def make_backend(tools: str, overrides: dict[str, Any], images: ImageStore, service: str | None = None) -> ToolBackend:
-    config = read_tool_stack(tools)
-    if (
-        service is None
-        and config["backend"] == "oracle"
-        and not (overrides.get("scene_graphs") or config.get("scene_graphs"))
-    ):
-        raise ValueError(f"{tools}: the oracle backend needs `scene_graphs:` (or --set scene_graphs=PATH)")
-    return open_backend(config, images, service, **overrides)
+    # the oracle's scene graphs and a deployed stack's refusal of overrides are the door's rules
+    return open_backend(tools, images, service, **overrides)
 
 
 async def run(args: argparse.Namespace) -> Counter:

@@ -69,9 +69,9 @@ def reason_check(asked: str, manifest: dict[str, Any], min_score: float = MIN_SC
 
 def unit_test_scores(manifest: dict[str, Any], settings: dict[str, Any], aces: Sequence[Ace]) -> list[float | None]:
     """Each candidate's pass rate on its query's unit tests, run in the run's tool stack and sandbox."""
+    from vprl.executor.backends import open_backend
     from vprl.executor.host import ToolHost
     from vprl.executor.runner import RunnerConfig, SyncRunner
-    from vprl.executor.tools.stack import build_backend
     from vprl.rewards.registry import build_reward
 
     stack = (manifest.get("tool_stack") or {}).get("config")
@@ -83,7 +83,7 @@ def unit_test_scores(manifest: dict[str, Any], settings: dict[str, Any], aces: S
     runner_cfg = RunnerConfig(
         **{k: executor[k] for k in ("slots", "timeout_s", "sandbox") if executor.get(k) is not None}
     )
-    with SyncRunner(ToolHost(build_backend(stack)), runner_cfg) as runner:
+    with SyncRunner(ToolHost(open_backend(stack)), runner_cfg) as runner:
         reward = build_reward("unit_tests", {"runner": runner}, **settings)
         reports = reward.evaluate([a.query for a in aces], [a.program for a in aces])
     return [r.value for r in reports]

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from vprl.data.records import Example
-from vprl.data.shapes.tasks import scene_graph_files
+from vprl.executor.backends import open_backend
 from vprl.executor.host import ToolHost
 from vprl.executor.runner import RunnerConfig, SyncRunner
-from vprl.executor.tools.stack import build_backend
 from vprl.rewards.build import build_rewards
 from vprl.rewards.compose import RewardConfig
 from vprl.train.prompts import PromptConfig, PromptTemplate, completion_to_program
@@ -51,10 +50,9 @@ class PolicyEval:
 
 
 def tool_backend(tools: str, root: Path):
-    """`oracle` (scene graphs of the world), `shapes` (pixels only), or a tool-stack YAML path."""
-    if tools == "oracle":
-        return build_backend({"backend": "oracle", "scene_graphs": [str(p) for p in scene_graph_files(root)]})
-    return build_backend(tools)
+    """A stack's name or YAML path: `oracle` answers from the world's scene graphs (unless the stack
+    names its own), `shapes` from its pixels."""
+    return open_backend(tools, worlds=[root])
 
 
 def _score(scores: list[float], n: int, k: int) -> tuple[float, float, float, float]:

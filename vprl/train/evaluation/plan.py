@@ -226,13 +226,12 @@ def _check_keywords(fn: Callable, given: dict[str, Any], key: str, skip: tuple[s
 
 
 def check_tools(cfg: EvalConfig, modes: list[ModeConfig]) -> None:
-    from vprl.executor.tools.stack import backend_class, read_tool_stack, stack_path, stack_settings
+    from vprl.executor.backends import check_backend
 
-    try:  # a path, or a named stack (`viunit`) as train.rl takes it
-        stack = read_tool_stack(stack_path(cfg.tools))
-    except FileNotFoundError as err:
+    try:  # a path, or a named stack (`viunit`) as train.rl takes it; checked as the session opens it
+        stack, _ = check_backend(cfg.tools)
+    except (FileNotFoundError, ValueError) as err:
         raise ValueError(f"tools: {err}") from None
-    cls = backend_class(stack["backend"])
     if any(m.name == "self_tuning" for m in modes):
         if not cfg.self_tuning:
             raise ValueError(
@@ -240,8 +239,8 @@ def check_tools(cfg: EvalConfig, modes: list[ModeConfig]) -> None:
             )
         overrides = _json_setting(cfg.self_tuning, "self_tuning")
         try:
-            cls.check_settings(**stack_settings(stack, overrides))
-        except (TypeError, ValueError) as exc:
+            check_backend(stack, **overrides)
+        except ValueError as exc:
             raise ValueError(f"self_tuning: {exc}") from None
     if any(m.name in TEST_MODES or m.fallback_below is not None for m in modes):
         from vprl.rewards.unit_tests.reward import unit_tests_reward

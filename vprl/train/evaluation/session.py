@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from vprl.data.records import Example
+from vprl.executor.backends import open_backend
 from vprl.executor.host import ToolHost
 from vprl.executor.runner import RunnerConfig, SyncRunner
-from vprl.executor.tools.stack import build_backend
 from vprl.train.evaluation.fallback import fallback_program
 from vprl.train.evaluation.memory import free_cuda_memory, gpu_totals, shutdown_engine, wait_for_free
 from vprl.train.evaluation.metrics import Prediction
@@ -31,7 +31,7 @@ class EvalSession:
         runner_cfg = RunnerConfig(slots=cfg.slots, timeout_s=cfg.timeout_s, sandbox=cfg.sandbox)
         # The executor starts before any model is loaded (DESIGN: the sandbox parent holds no
         # model, token or CUDA state).
-        self.host = ToolHost(build_backend(cfg.tools))
+        self.host = ToolHost(open_backend(cfg.tools))
         self.runner = SyncRunner(self.host, runner_cfg)
         # Every tool model loads now, not inside the first program's call (whose timeout a cold
         # BLIP-2 would spend: every early simple_query an infra_error).
@@ -42,7 +42,7 @@ class EvalSession:
         try:
             if cfg.self_tuning:
                 overrides = json.loads(cfg.self_tuning)
-                tuned_host = ToolHost(build_backend(cfg.tools, **overrides))
+                tuned_host = ToolHost(open_backend(cfg.tools, **overrides))
                 self.tuned_runner = SyncRunner(tuned_host, runner_cfg)
                 tuned_host.preload()
             if cfg.unit_tests:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vprl.data.records import Example
+from vprl.executor.backends import check_backend
 from vprl.executor.runner import RunnerConfig
-from vprl.executor.tools.stack import backend_class, read_tool_stack, stack_settings
 from vprl.rewards.build import build_rewards
 from vprl.rewards.compose import RewardComposer, RewardConfig
 from vprl.rewards.registry import check_reward_name
@@ -112,27 +112,13 @@ def mixture_prompts(cfg: RLConfig, mixture: LoadedMixture) -> dict[str, PromptCo
 def tool_stack(executor: ExecutorArgs, data: DataArgs) -> tuple[dict[str, Any], dict[str, Any]]:
     """The recipe's tool stack and the settings it runs with: the recipe's overrides, and on the
     shapes world the oracle's scene graphs (the world's own, unless the stack names some). With a
-    `tool_service` the stack is the one deployed there, as it was deployed."""
+    `tool_service` the stack is the one deployed there, as it was deployed. Names and types of the
+    settings are checked here, before any executor starts."""
+    overrides = dict(executor.tool_overrides or {})
     try:
-        stack = read_tool_stack(executor.tool_stack)
-        backend_class(stack["backend"])
+        return check_backend(executor.tool_stack, executor.tool_service, worlds=shapes_roots(data), **overrides)
     except (FileNotFoundError, ValueError) as exc:
         raise ConfigError(f"tool_stack: {exc}") from None
-    overrides = dict(executor.tool_overrides or {})
-    if executor.tool_service is not None:
-        if overrides:
-            raise ConfigError("tool_overrides: a deployed tool service runs the stack it was deployed with")
-        return stack, overrides
-    worlds = shapes_roots(data)
-    if stack["backend"] == "oracle" and worlds and not (stack.get("scene_graphs") or overrides):
-        from vprl.data.shapes.tasks import scene_graph_files
-
-        overrides["scene_graphs"] = [str(p) for root in worlds for p in scene_graph_files(root)]
-    try:  # names and types of the settings, before any executor starts
-        backend_class(stack["backend"]).check_settings(**stack_settings(stack, overrides))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"tool_stack {executor.tool_stack} with tool_overrides: {exc}") from None
-    return stack, overrides
 
 
 def shapes_roots(data: DataArgs) -> list[str]:
