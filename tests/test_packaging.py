@@ -27,7 +27,7 @@ from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.executor.backends import open_backend
 from vprl.executor.host import ToolHost
 from vprl.executor.runner import RunnerConfig, SyncRunner
-from vprl.executor.tools.stack import stack_path
+from vprl.executor.tools.stack import stack_names, stack_path
 
 world = Path("world").resolve()
 build_dataset(BuildConfig(out=str(world), train=2, val=3, winoground=0, sugarcrepe=0, refcoco=0, seed=0, workers=1))
@@ -44,6 +44,7 @@ print(json.dumps({
     "vprl": vprl.__file__,
     "checkout": None if paths.CHECKOUT is None else str(paths.CHECKOUT),
     "stack": str(stack_path("shapes")),
+    "named": stack_names(),
     "results": [[r.status, r.answer, ex.answers] for r, ex in zip(results, examples)],
     "refusal": refusal,
 }))
@@ -80,6 +81,7 @@ def test_a_stack_named_shapes_works_from_a_non_editable_install(installed, tmp_p
     # the installed copy, not the checkout's editable one
     assert Path(report["vprl"]).is_relative_to(installed)
     assert report["stack"] == str(installed / "vprl" / "executor" / "tools" / "stacks" / "shapes.yaml")
+    assert report["named"] == ["oracle", "shapes", "stanic", "vipergpt", "viunit"]  # every named stack ships
     assert report["checkout"] is None
     assert "only in a source checkout" in report["refusal"] and "\n" not in report["refusal"]
     statuses = [status for status, _, _ in report["results"]]
