@@ -205,7 +205,7 @@ def eval_argv(policy: Path, adapters: str, world: Path, seen: Path, out: Path, a
     """What `vprl.train.evaluation` gets for one seed."""
     return [
         "--config", str(EVAL_CONFIG),
-        "--policy", str(policy),
+        "--model_name_or_path", str(policy),
         *(["--adapters", adapters] if adapters else []),
         "--shapes_root", str(world),
         "--seen_from", str(seen),

@@ -15,9 +15,7 @@ BOOTSTRAP = (
     "--world_train 40 --world_val 10 --copies 1 --max_steps 20 --batch_size 16 --vocab_size 400 --hidden_size 32 "
     "--num_layers 1 --num_heads 2 --intermediate_size 64 --context 256 --eval_val 0 --eval_heldout 0 --threads 1"
 )
-# The tiny matrix takes about 3 minutes on 2 cores (its fixture: 2 seeds x 3 arms, 2 jobs): in the slow
-# tests (`make test PYTEST_ARGS="-m slow"`) to keep CI under 25 minutes.
-SLOW = pytest.mark.slow
+# The tiny matrix takes about 3 minutes on 2 cores (its fixture: 2 seeds x 3 arms, 2 jobs).
 RL = (
     "--per_device_train_batch_size 8 --num_generations 4 --max_completion_length 32 --save_steps 2 "
     "--report_to none --lora_r 4 --lora_alpha 8"
@@ -39,12 +37,11 @@ def measured(tmp_path_factory):
         "--seeds", "0,1", "--max_steps", "2", "--out", str(out), "--arms", "vqa,mixture,adapt_itm",
         "--bootstrap", BOOTSTRAP, "--rl_args", RL, "--arm_args", f"adapt_itm=--rewards '{ut}'",
         "--eval_world", json.dumps({"val": 12, "winoground": 2, "sugarcrepe": 1, "refcoco": 4}),
-        "--eval_args", "--max_new_tokens 32", "--jobs", "2",
+        "--eval_args", "--max_completion_length 32", "--jobs", "2",
     ]  # fmt: skip
     return out, argv, _bench().main(argv)
 
 
-@SLOW
 def test_the_matrix_has_a_cell_per_arm_and_task(measured):
     out, _, summary = measured
     assert summary["seeds"] == [0, 1] and summary["arms"] == ["vqa", "mixture", "adapt_itm"]
@@ -69,7 +66,6 @@ def test_the_matrix_has_a_cell_per_arm_and_task(measured):
     assert manifest["dataset"]["labels"] is False and manifest["rewards"]["rewards"][0]["name"] == "unit_tests"
 
 
-@SLOW
 def test_before_rl_cells_are_the_evaluations_headlines(measured):
     from vprl.train.evaluation.metrics import DatasetMetrics, headline_value
 
@@ -88,7 +84,6 @@ def test_before_rl_cells_are_the_evaluations_headlines(measured):
     assert summary["accuracy"]["before_rl"] == pytest.approx(mean)
 
 
-@SLOW
 def test_a_second_call_trains_nothing(measured):
     out, argv, summary = measured
     lines = (out / "runs.jsonl").read_text()
@@ -100,7 +95,6 @@ def test_a_second_call_trains_nothing(measured):
     assert again["gains"] == summary["gains"]
 
 
-@SLOW
 def test_a_failed_job_names_its_log_and_records_nothing(measured):
     out, argv, _ = measured
     runs = (out / "runs.jsonl").read_text()
@@ -111,7 +105,6 @@ def test_a_failed_job_names_its_log_and_records_nothing(measured):
     assert "/no/such/world" in str(e.value) and (out / "runs.jsonl").read_text() == runs
 
 
-@SLOW
 def test_the_matrix_policy_writes_weak_caption_and_grounding_programs(measured):
     out, _, _ = measured
     summary = json.loads((out / "policy_seed0" / "bootstrap.json").read_text())
@@ -127,6 +120,6 @@ def test_the_quickstarts_policy_keeps_its_cache_key():
     one from before `--tasks` existed. The sandbox a policy is evaluated in is not in the key either."""
     from vprl.train.bootstrap.fit import BootstrapConfig
 
-    assert BootstrapConfig(sandbox="full").key() == BootstrapConfig(sandbox="restricted").key()
+    assert BootstrapConfig(executor_sandbox="full").key() == BootstrapConfig(executor_sandbox="restricted").key()
     assert BootstrapConfig().key() == "0a305eed0f9da8d5" and BootstrapConfig(seed=1).key() == "64e8dc71209c22c2"
     assert BootstrapConfig(tasks=["vqa", "itm"]).key() != BootstrapConfig().key()
