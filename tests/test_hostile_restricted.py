@@ -165,17 +165,11 @@ def test_root_that_cannot_change_uid_keeps_no_capability(tmp_path):
 NEIGHBOURS = str(Path(__file__).resolve().parent / "restricted_neighbours.py")
 
 
-# About a minute each on 2 cores. CI runs the two root kinds: the one with uids of the slots' own
-# (which two executors used to share) and the one whose programs share the trainer's uid 0, where
-# only the filter stands (as on Landlock ABI <= 5); the unprivileged kinds run with `-m slow`.
+# About 20 s each on 2 cores: the two root kinds (uids of the slots' own, which two executors used
+# to share; programs that share the trainer's uid 0) and the two unprivileged ones (with Landlock's
+# signal scoping, and on Landlock ABI <= 5, where only the filter stands).
 @pytest.mark.parametrize(
-    "condition",
-    [
-        "container_root",
-        "root_without_setuid",
-        pytest.param("unprivileged", marks=pytest.mark.slow),
-        pytest.param("unprivileged_landlock_5", marks=pytest.mark.slow),
-    ],
+    "condition", ["container_root", "root_without_setuid", "unprivileged", "unprivileged_landlock_5"]
 )
 def test_item_1_a_neighbour_executor_gets_a_clean_runs_results(tmp_path, condition):
     """#37 item 1: two executors on one node (two ranks); programs of one aim every way of

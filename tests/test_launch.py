@@ -34,7 +34,6 @@ def test_launchers_pass_shellcheck(script):
     assert proc.returncode == 0, proc.stdout
 
 
-@pytest.mark.slow  # 3 minutes on 2 cores: `make test PYTEST_ARGS="-m slow"`; the launcher's Ray scope stays in CI
 @pytest.mark.timeout(900)  # Ray, Serve and a training step: minutes on a busy 2-core box
 def test_node_launcher_serves_the_tools_trains_and_tears_down(tmp_path):
     pytest.importorskip("ray")

@@ -169,7 +169,6 @@ def test_a_missing_service_or_tool_fails_at_start_naming_it(tmp_path, cluster):
     assert proc.returncode != 0 and "no Ray cluster at '127.0.0.1:1'" in proc.stderr
 
 
-@pytest.mark.slow  # two training processes against Serve, ~2 minutes on 2 cores: `-m slow`
 def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, cluster):
     """`accelerate launch --num_processes 2`: both ranks' tool hosts call the same deployments, whose
     batches mix calls of the two ranks."""
