@@ -63,7 +63,7 @@ def run_seed(seed: int, reward: str, args: argparse.Namespace, variant: Variant 
     report = quickstart(
         [
             "--seed", str(seed),
-            "--policy", str(out / f"policy_seed{seed}"),
+            "--model_name_or_path", str(out / f"policy_seed{seed}"),
             "--out", str(out / f"seed{seed}"),
             "--rl_config", str(RECIPES[reward]),
             "--max_steps", str(args.max_steps),

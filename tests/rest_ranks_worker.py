@@ -19,7 +19,7 @@ from rest_helpers import PoolGenerator, build_policy, lora_sum, oracle_scorer, p
 
 from vprl.data.shapes import load_gold_programs
 from vprl.data.shapes.tasks import load_shapes_tasks
-from vprl.train.recipe.sections import RestArgs
+from vprl.train.recipe.sections import RestArgs, SamplingArgs
 from vprl.train.rest import loop
 from vprl.train.rest.sft import sft_state
 from vprl.train.rollouts.log import RolloutLog
@@ -50,7 +50,8 @@ def main(world_root: Path, out: Path) -> None:
     with oracle_scorer(world_root) as scorer:
         loop.run_rest(
             model=model, tokenizer=tok, items=items, scorer=scorer, generator=generator,
-            rest=RestArgs(rest_iterations=1, rest_samples_per_query=4, rest_max_new_tokens=16), sft=sft,
+            rest=RestArgs(rest_iterations=1), sft=sft,
+            sampling=SamplingArgs(num_generations=4, max_completion_length=16),
             style="auto", run_dir=run_dir, log=RolloutLog.in_run(run_dir), prompt_hash="ph", policy_name="tiny",
         )  # fmt: skip
     record = {

@@ -252,7 +252,7 @@ def test_stanic_cli_runs_a_hf_policy(world, tmp_path, capsys):
                 "tool_stack": "oracle",
                 "executor_slots": 2,
                 "ids": ids,
-                "max_new_tokens": 8,
+                "max_completion_length": 8,
                 "trials": 2,
             }
         )

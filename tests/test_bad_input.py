@@ -34,7 +34,8 @@ def env(tmp_path_factory):
     recipe = yaml.safe_load((REPO / "configs/quickstart.yaml").read_text())
     recipe.update(model_name_or_path=policy, dataset_root=str(world), output_dir=str(root / "run"), report_to="none")
     (root / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
-    evaluation = {"policy": policy, "shapes_root": str(world), "datasets": ["shapes:val"], "layout": "bare"}
+    evaluation = {"model_name_or_path": policy, "shapes_root": str(world), "datasets": ["shapes:val"]}
+    evaluation["prompt_layout"] = "bare"
     (root / "eval.yaml").write_text(yaml.safe_dump(evaluation, sort_keys=False))
     example = load_shapes_tasks(world, ["val"])["val"][0].to_json()
     (root / "examples.jsonl").write_text(json.dumps(example) + "\n")
@@ -67,11 +68,11 @@ def _exec(env, programs: str, *extra: str, examples: str | None = None, tools="s
         examples,
         "--programs",
         programs,
-        "--tools",
+        "--tool_stack",
         tools,
         "--out",
         out,
-        "--sandbox",
+        "--executor_sandbox",
         "none",
         *extra,
     ]
@@ -102,7 +103,7 @@ def _eval_adapter(env, name: str, config: str) -> list[str]:
     folder = env["root"] / name
     folder.mkdir(exist_ok=True)
     (folder / "adapter_config.json").write_text(config)
-    return ["--config", str(env["root"] / "eval.yaml"), "--adapters", f"rl={folder}", "--max_new_tokens", "32"]
+    return ["--config", str(env["root"] / "eval.yaml"), "--adapters", f"rl={folder}", "--max_completion_length", "32"]
 
 
 TRANSFER = "bench/transfer.py"
@@ -280,8 +281,14 @@ CASES = [
     (
         "eval-policy",
         "vprl.train.evaluation",
+        lambda e: ["--config", str(e["root"] / "eval.yaml"), "--model_name_or_path", "/no/such/model"],
+        r"model_name_or_path: /no/such/model does not exist",
+    ),
+    (
+        "eval-retired-name",
+        "vprl.train.evaluation",
         lambda e: ["--config", str(e["root"] / "eval.yaml"), "--policy", "/no/such/model"],
-        r"policy: /no/such/model does not exist",
+        r"^error: command line: policy is now model_name_or_path \(one name per setting",
     ),
     (
         "eval-settings-not-a-mapping",
@@ -402,6 +409,12 @@ CASES = [
         r"ex_answers\.jsonl:1: answers: expected a list of strings, got str 'yes'",
     ),
     (
+        "exec-retired-option",
+        "vprl.executor.run",
+        lambda e: _exec(e, str(e["root"] / "programs.jsonl"), "--slots", "2"),
+        r"executor\.run: --slots is now --executor_slots \(one name per setting",
+    ),
+    (
         "exec-bad-option",
         "vprl.executor.run",
         lambda e: ["--examples"],
@@ -418,7 +431,7 @@ CASES = [
     (
         "serve-missing-stack",
         "vprl.executor.serve",
-        lambda e: ["--tools", "stacks/none.yaml"],
+        lambda e: ["--tool_stack", "stacks/none.yaml"],
         r"tool stack stacks/none\.yaml does not exist",
     ),
 ]

@@ -81,7 +81,7 @@ TINY = [
     "--world_train", "40", "--world_val", "10", "--copies", "1", "--max_steps", "3", "--batch_size", "8",
     "--vocab_size", "400", "--hidden_size", "32", "--num_layers", "1", "--num_heads", "2",
     "--intermediate_size", "64", "--context", "256", "--eval_val", "4", "--eval_heldout", "3",
-    "--eval_samples", "2", "--eval_max_new_tokens", "24", "--tools", "oracle",
+    "--num_generations", "2", "--max_completion_length", "24", "--tool_stack", "oracle",
 ]  # fmt: skip
 
 
@@ -115,11 +115,13 @@ def _num(text):
         return text
 
 
-@pytest.mark.slow
 def test_full_bootstrap_starts_imperfect_but_promising(tmp_path):
     """The default recipe: greedy well below the gold ceiling on the training families, and samples
-    that find the gold often enough (pass@8 well above greedy) for RL to have something to raise."""
-    summary = main(["--out", str(tmp_path / "policy"), "--seed", "0", "--tools", "oracle"])
+    that find the gold often enough (pass@8 well above greedy) for RL to have something to raise.
+    The recipe's training as it is; of its evaluation only the training families' (the held-out
+    families' is not asserted here, and the tiny bootstrap above evaluates both)."""
+    argv = ["--out", str(tmp_path / "policy"), "--seed", "0", "--tool_stack", "oracle", "--eval_heldout", "0"]
+    summary = main(argv)
     val = PolicyEval.from_json(summary["evaluation"]["val"]).overall
     assert val.gold == 1.0 and 0.1 <= val.greedy <= 0.6
     assert val.sampled >= 0.1 and val.pass_at_k >= val.greedy + 0.2

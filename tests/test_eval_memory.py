@@ -110,13 +110,13 @@ def gpu(monkeypatch):
 
 def _cfg(tmp_path, world, tiny, **kw) -> EvalConfig:
     base = dict(
-        policy=tiny[0],
+        model_name_or_path=tiny[0],
         adapters=f"rl={tiny[1]}",
         shapes_root=str(world),
         datasets="shapes:val",
-        layout="bare",
+        prompt_layout="bare",
         limit=2,
-        max_new_tokens=16,
+        max_completion_length=16,
         generator="vllm",
         torch_dtype="float32",
         out=str(tmp_path / "out"),
@@ -142,18 +142,27 @@ def test_shipped_gqa_configs_leave_the_tools_room_on_an_80gb_gpu():
         share = yaml.safe_load(path.read_text())["vllm_gpu_memory_utilization"]
         assert 0 < share < 0.9, path.name
         plan = memory.plan_memory(cfg, "vllm", None, None, list, [H100])
-        plan.check(cfg.tools)
+        plan.check(cfg.tool_stack)
         assert any(c.name == "tool vqa, caption" and c.where == "GPU 0" for c in plan.components)
         cfg.vllm_gpu_memory_utilization = 0.9  # vLLM's default: BLIP-2 no longer fits beside it
         with pytest.raises(ValueError, match=r"lower vllm_gpu_memory_utilization to at most 0\.[5-8]"):
-            memory.plan_memory(cfg, "vllm", None, None, list, [H100]).check(cfg.tools)
+            memory.plan_memory(cfg, "vllm", None, None, list, [H100]).check(cfg.tool_stack)
 
 
 def test_layout_that_cannot_fit_is_refused_in_one_line_naming_the_components(tmp_path, world, tiny, gpu, capsys):
     fake, events = gpu
     fake.total = 40.0
-    argv = ["--policy", tiny[0], "--shapes_root", str(world), "--datasets", "shapes:val", "--layout", "bare"]
-    argv += ["--tools", str(REPO / "vprl/executor/tools/stacks/vipergpt.yaml"), "--generator", "vllm"]
+    argv = [
+        "--model_name_or_path",
+        tiny[0],
+        "--shapes_root",
+        str(world),
+        "--datasets",
+        "shapes:val",
+        "--prompt_layout",
+        "bare",
+    ]
+    argv += ["--tool_stack", str(REPO / "vprl/executor/tools/stacks/vipergpt.yaml"), "--generator", "vllm"]
     argv += ["--vllm_gpu_memory_utilization", "0.5", "--out", str(tmp_path / "out")]
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -167,16 +176,16 @@ def test_layout_that_cannot_fit_is_refused_in_one_line_naming_the_components(tmp
 def test_tools_beside_the_transformers_policy_or_on_a_missing_gpu_are_refused(tmp_path, world, tiny):
     stack = yaml.safe_load((REPO / "vprl/executor/tools/stacks/vipergpt.yaml").read_text())
     path = tmp_path / "stack.yaml"
-    cfg = _cfg(tmp_path, world, tiny, tools=str(path), generator="hf")
+    cfg = _cfg(tmp_path, world, tiny, tool_stack=str(path), generator="hf")
     path.write_text(yaml.safe_dump(stack))
-    with pytest.raises(ValueError, match=r"^tools: GPU 0 \(24\.0 GiB.*tool llm 14\.2 GiB.*stack\.yaml$"):
-        memory.plan_memory(cfg, "hf", None, None, list, [24.0]).check(cfg.tools)
+    with pytest.raises(ValueError, match=r"^tool_stack: GPU 0 \(24\.0 GiB.*tool llm 14\.2 GiB.*stack\.yaml$"):
+        memory.plan_memory(cfg, "hf", None, None, list, [24.0]).check(cfg.tool_stack)
     stack["llm"]["device"] = "cuda:1"  # moved to a second GPU: both fit
     path.write_text(yaml.safe_dump(stack))
     plan = memory.plan_memory(cfg, "hf", None, None, list, [24.0, 24.0])
-    plan.check(cfg.tools)
+    plan.check(cfg.tool_stack)
     assert [c.name for c in plan.on(1)] == ["tool llm"]
-    with pytest.raises(ValueError, match=r"tools: llm \(Qwen/Qwen2\.5-7B-Instruct\) is placed on cuda:1, but 1 GPU"):
+    with pytest.raises(ValueError, match=r"tool_stack: llm \(Qwen/Qwen2\.5-7B-Instruct\) is placed on cuda:1, but 1 GPU"):
         memory.plan_memory(cfg, "hf", None, None, list, [24.0])
     # self-tuning runs a second tool host: its models count a second time
     tuned = memory.plan_memory(cfg, "hf", {"llm": {"device": "cuda:0"}}, None, list, [24.0, 24.0])

@@ -47,7 +47,12 @@ def _never(policy):
 
 def _cfg(tmp_path, world, model, **kw):
     base = dict(
-        policy=model, shapes_root=str(world), layout="bare", out=str(tmp_path / "out"), limit=4, max_new_tokens=32
+        model_name_or_path=model,
+        shapes_root=str(world),
+        prompt_layout="bare",
+        out=str(tmp_path / "out"),
+        limit=4,
+        max_completion_length=32,
     )
     return EvalConfig(**(base | kw))
 
@@ -59,26 +64,25 @@ def _cfg(tmp_path, world, model, **kw):
         ({"datasets": "shapes:nope"}, r"unknown dataset 'shapes:nope'; valid names: .*shapes:heldout"),
         ({"datasets": "vqav2"}, r"'vqav2' needs its root folder in data_roots"),
         ({"shapes_root": "/no/such/world"}, r"needs shapes_root, a shapes world folder .*'/no/such/world'"),
-        ({"tools": "stacks/no_such.yaml"}, r"tools: tool stack stacks/no_such.yaml does not exist"),
+        ({"tool_stack": "stacks/no_such.yaml"}, r"tool_stack: tool stack stacks/no_such.yaml does not exist"),
         (
-            {"tools": "no_such_stack"},
-            r"tools: tool stack 'no_such_stack': no file of that name .*named stacks: .*shapes",
+            {"tool_stack": "no_such_stack"},
+            r"tool_stack: tool stack 'no_such_stack': no file of that name .*named stacks: .*shapes",
         ),
-        ({"policy": "/no/such/model"}, r"policy: /no/such/model does not exist"),
+        ({"model_name_or_path": "/no/such/model"}, r"model_name_or_path: /no/such/model does not exist"),
         ({"modes": "single,best_of_n"}, r"unknown inference mode\(s\) \['best_of_n'\]; valid modes: single, majority"),
         ({"modes": "unit_test_select"}, r"need `unit_tests` settings"),
         ({"modes": "self_tuning"}, r"mode self_tuning needs `self_tuning`"),
         ({"modes": "self_tuning", "self_tuning": '{"min_visibility": 0.3}'}, r"unknown setting.*min_visible"),
         ({"modes": "reprompt_tests", "unit_tests": '{"num_test": 3}'}, r"unit_tests: unknown setting.*num_tests"),
         ({"modes": "self_debug", "feedback": "hint"}, r"feedback 'hint' is not one of"),
-        ({"layout": "fancy"}, r"layout: 'fancy' is not one of"),
+        ({"prompt_layout": "fancy"}, r"layout: 'fancy' is not one of"),
         ({"seeds": "0,x"}, r"seeds: expected a comma list of integers"),
     ],
 )
 def test_bad_input_fails_before_any_work(tmp_path, world, tiny, change, message):
-    cfg = _cfg(tmp_path, world, tiny[0], **change)
-    with pytest.raises(ValueError, match=message):
-        evaluate(cfg, make_generator=_never)
+    with pytest.raises(ValueError, match=message):  # as the config is read (seeds) or checked
+        evaluate(_cfg(tmp_path, world, tiny[0], **change), make_generator=_never)
     assert not (tmp_path / "out").exists()
 
 
@@ -86,7 +90,7 @@ def test_a_tool_stack_by_name_as_train_rl_takes_it(tmp_path, world, tiny):
     """`tools: shapes` names the packaged stack, as a recipe's `tool_stack` does."""
     from vprl.train.evaluation.plan import check_tools
 
-    check_tools(_cfg(tmp_path, world, tiny[0], tools="shapes"), [])  # no error: the stack was found
+    check_tools(_cfg(tmp_path, world, tiny[0], tool_stack="shapes"), [])  # no error: the stack was found
 
 
 def test_adapter_of_another_base_and_too_long_prompts_are_refused(tmp_path, world, tiny):
@@ -102,20 +106,22 @@ def test_adapter_of_another_base_and_too_long_prompts_are_refused(tmp_path, worl
     rel = os.path.relpath(model)
     evaluate(_cfg(tmp_path, world, rel, adapters=f"rl={adapter}", datasets="shapes:val", limit=1, threads=1))
     # The full API listing (~6k tokens) cannot fit a 256-position model: refused before loading it.
-    with pytest.raises(ValueError, match=r"needs \d+ positions .* but policy .* has 256; use layout 'bare'"):
-        evaluate(_cfg(tmp_path / "long", world, model, layout="stanic"))
+    with pytest.raises(ValueError, match=r"needs \d+ positions .* but policy .* has 256; use prompt_layout 'bare'"):
+        evaluate(_cfg(tmp_path / "long", world, model, prompt_layout="stanic"))
     assert not (tmp_path / "long").exists()
 
 
 def test_unknown_key_on_the_command_line_or_in_the_yaml(tmp_path, world, tiny, capsys):
     path = tmp_path / "eval.yaml"
-    path.write_text(yaml.safe_dump({"policy": tiny[0], "shapes_root": str(world), "n_program": 3}))
+    path.write_text(yaml.safe_dump({"model_name_or_path": tiny[0], "shapes_root": str(world), "num_generation": 3}))
     with pytest.raises(SystemExit) as exit_:
         main(["--config", str(path)])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and re.search(r"(?s)unknown key\(s\) \['n_program'\].*did you mean n_programs", err)
+    assert exit_.value.code == 2 and re.search(
+        r"(?s)unknown key\(s\) \['num_generation'\].*did you mean num_generations", err
+    )
     with pytest.raises(SystemExit) as exit_:
-        main(["--policy", tiny[0], "--shapes_root", str(world), "--datasets", "shapes:va"])
+        main(["--model_name_or_path", tiny[0], "--shapes_root", str(world), "--datasets", "shapes:va"])
     assert exit_.value.code == 2 and "unknown dataset 'shapes:va'" in capsys.readouterr().err
 
 
@@ -129,7 +135,7 @@ def test_pipeline_reports_json_markdown_and_plots(tmp_path, world, tiny):
         adapters=f"after_rl={tiny[1]}",
         base_label="before_rl",
         modes="single,majority",
-        n_programs=3,
+        num_generations=3,
         fallback=True,
         seeds="0,1",
         limit=6,
@@ -197,11 +203,11 @@ def test_command_line_end_to_end_on_a_tiny_llama(tmp_path, world, tiny):
     config.write_text(
         yaml.safe_dump(
             {
-                "policy": model,
+                "model_name_or_path": model,
                 "shapes_root": str(world),
-                "layout": "bare",
+                "prompt_layout": "bare",
                 "limit": 2,
-                "max_new_tokens": 12,
+                "max_completion_length": 12,
                 "modes": "single",
                 "fallback": True,
                 "threads": 1,
@@ -230,7 +236,14 @@ def test_shipped_configs_parse_and_validate(world, tiny, name):
     from vprl.train.evaluation.pipeline import validate
     from vprl.train.recipe.parsing import parse_config
 
-    argv = ["--config", str(REPO / "configs" / "eval" / name), "--policy", tiny[0], "--shapes_root", str(world)]
+    argv = [
+        "--config",
+        str(REPO / "configs" / "eval" / name),
+        "--model_name_or_path",
+        tiny[0],
+        "--shapes_root",
+        str(world),
+    ]
     gqa = name.startswith("gqa_")  # the GPU configs: the fixture stands in for the official GQA download
     if gqa:
         argv += ["--data_roots", f"gqa={REPO / 'tests/fixtures/datasets/gqa'}", "--generator", "hf"]

@@ -102,8 +102,8 @@ def test_the_learning_bench_summarizes_runs(tmp_path):
     for seed in (0, 1):
         for reward, share in (("correctness", 0.1), ("unit_tests", 0.35)):
             cfg = EvalConfig(
-                policy=str(tmp_path / "policy"), adapters=f"after_rl={tmp_path / 'adapter'}", base_label="before_rl",
-                shapes_root=str(world), seen_from=str(trained), seen_split=["shapes:val"], layout="bare",
+                model_name_or_path=str(tmp_path / "policy"), adapters=f"after_rl={tmp_path / 'adapter'}", base_label="before_rl",
+                shapes_root=str(world), seen_from=str(trained), seen_split=["shapes:val"], prompt_layout="bare",
                 datasets=["shapes:val", "shapes:heldout", "shapes:winoground"], fallback=True,
                 out=str(tmp_path / f"eval_{seed}_{reward}"),
             )  # fmt: skip

@@ -17,6 +17,7 @@ from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.executor.host import ToolHost
 from vprl.executor.runner import RunnerConfig, SyncRunner
 from vprl.executor.tools.stack import build_backend
+from vprl.train.evaluation.config import EvalConfig
 from vprl.train.evaluation.fallback import fallback_program
 from vprl.train.evaluation.judge import build_judge
 from vprl.train.evaluation.metrics import dataset_metrics, headline_value
@@ -27,8 +28,7 @@ from vprl.train.sampling.generator import policy_sampling
 SHAPES = "shapes"
 
 
-class _Prompts:
-    variant, layout, ice_file, max_ices = "vipergpt", "bare", None, None
+_Prompts = EvalConfig(prompt_variant="vipergpt", prompt_layout="bare")
 
 
 @pytest.fixture(scope="module")

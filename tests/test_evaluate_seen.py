@@ -55,19 +55,19 @@ def test_bad_seen_settings_are_refused(world, change, message):
     change = {k: (str(world) if v == "W" else v) for k, v in change.items()}
     cfg = EvalConfig(shapes_root=str(world), datasets="shapes:val", **change)
     with pytest.raises(ValueError, match=message):
-        check_seen_settings(cfg.seen_from, cfg.seen_split.split(","), parse_datasets(cfg))
+        check_seen_settings(cfg.seen_from, cfg.seen_split, parse_datasets(cfg))
 
 
 def test_the_pipeline_reports_both_parts(world, tmp_path):
     (tmp_path / "policy").mkdir()
     (tmp_path / "policy" / "config.json").write_text("{}")
     cfg = EvalConfig(
-        policy=str(tmp_path / "policy"),
+        model_name_or_path=str(tmp_path / "policy"),
         shapes_root=str(world),
         datasets=["shapes:val", "shapes:heldout"],
         seen_from=str(world),
         seen_split=["shapes:val"],
-        layout="bare",
+        prompt_layout="bare",
         out=str(tmp_path / "out"),
     )
     report = evaluate(cfg, make_generator=lambda p: ScriptedPolicy(all_gold(world), wrong_share=0.3))

@@ -201,7 +201,7 @@ def test_evaluation_and_stanic_place_the_policy_like_training(tmp_path, fitted, 
     from vprl.train.recipe.sections import PolicyArgs
 
     _, policy = fitted
-    cfg = EvalConfig(policy=str(policy), torch_dtype="bfloat16", generator="hf", batch_size=4)
+    cfg = EvalConfig(model_name_or_path=str(policy), torch_dtype="bfloat16", generator="hf", batch_size=4)
     assert policy_generator(cfg, Policy("base", None)).model.dtype == torch.bfloat16
     stanic = stanic_generator(PolicyArgs(model_name_or_path=str(policy), torch_dtype="bfloat16"), 4)
     assert stanic.model.dtype == torch.bfloat16
@@ -217,7 +217,7 @@ def test_evaluation_and_stanic_place_the_policy_like_training(tmp_path, fitted, 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    policy_generator(EvalConfig(policy=str(policy), generator="hf"), Policy("base", None))
+    policy_generator(EvalConfig(model_name_or_path=str(policy), generator="hf"), Policy("base", None))
     assert seen[-1]["dtype"] == torch.bfloat16 and seen[-1]["device_map"] == {"": "cuda:0"}
 
 
@@ -237,7 +237,7 @@ def test_evaluation_samples_with_vllm_where_it_can(tmp_path, fitted, monkeypatch
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"r": 8}))
-    cfg = EvalConfig(policy=str(policy))
+    cfg = EvalConfig(model_name_or_path=str(policy))
     assert choose_generator(cfg) == "hf"  # here: no vLLM, no GPU
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else real_find_spec(name))
@@ -355,11 +355,11 @@ def test_self_tuning_on_the_hf_stack_can_be_configured():
     from vprl.train.evaluation.plan import check_tools, mode_configs
 
     stack = "viunit"
-    cfg = EvalConfig(tools=stack, modes="self_tuning", self_tuning='{"detect": {"box_threshold": 0.1}}')
+    cfg = EvalConfig(tool_stack=stack, modes="self_tuning", self_tuning='{"detect": {"box_threshold": 0.1}}')
     check_tools(cfg, mode_configs(cfg))
     merged = stack_settings(read_tool_stack(stack), {"detect": {"box_threshold": 0.1}})
     assert merged["detect"]["box_threshold"] == 0.1 and merged["detect"]["model"].startswith("IDEA-Research/")
-    typo = EvalConfig(tools=stack, modes="self_tuning", self_tuning='{"detect": {"box_treshold": 0.1}}')
+    typo = EvalConfig(tool_stack=stack, modes="self_tuning", self_tuning='{"detect": {"box_treshold": 0.1}}')
     with pytest.raises(ValueError, match=r"self_tuning: .*box_treshold"):
         check_tools(typo, mode_configs(typo))
 

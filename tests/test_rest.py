@@ -36,7 +36,7 @@ from safetensors.torch import load_file
 
 from vprl.train.prompts import encode_prompt, frame_prompt
 from vprl.train.recipe.parsing import ConfigError
-from vprl.train.recipe.sections import RestArgs
+from vprl.train.recipe.sections import RestArgs, SamplingArgs
 from vprl.train.rest.iterations import adapter_dir, initial_adapter_dir, read_summary
 from vprl.train.rest.loop import run_rest
 from vprl.train.rest.select import select_kept
@@ -118,7 +118,8 @@ def test_rest_keeps_rewarded_programs_trains_and_resumes(tmp_path, world, scorer
     _, examples, gold = world
     items = [(e, prompt_for(e.query)) for e in examples]
     pools = pools_for(world)
-    rest = RestArgs(rest_iterations=1, rest_samples_per_query=4, rest_max_new_tokens=16)
+    rest = RestArgs(rest_iterations=1)
+    sampling = SamplingArgs(num_generations=4, max_completion_length=16)
     sft = sft_args(tmp_path, num_train_epochs=3, per_device_train_batch_size=1, learning_rate=2e-2, seed=7)
     run_dir = tmp_path / "run"
     log = RolloutLog.in_run(run_dir)
@@ -130,6 +131,7 @@ def test_rest_keeps_rewarded_programs_trains_and_resumes(tmp_path, world, scorer
         items=items,
         scorer=scorer,
         sft=sft,
+        sampling=sampling,
         style="auto",
         run_dir=run_dir,
         log=log,
@@ -195,7 +197,8 @@ def test_rest_with_the_random_policy_keeps_nothing_and_carries_on(tmp_path, worl
             items=items,
             scorer=scorer,
             generator=HFGenerator(model, tok, batch_size=4),
-            rest=RestArgs(rest_iterations=1, rest_samples_per_query=2, rest_max_new_tokens=8),
+            rest=RestArgs(rest_iterations=1),
+            sampling=SamplingArgs(num_generations=2, max_completion_length=8),
             sft=sft_args(tmp_path, seed=0),
             style="auto",
             run_dir=run_dir,
@@ -216,11 +219,11 @@ def test_restart_from_base_trains_every_iteration_from_the_initial_adapter(tmp_p
     items = [(e, prompt_for(e.query)) for e in world[1]]
     model, tok = build_policy(tmp_path / "policy", world_corpus(world))
     run_dir = tmp_path / "run"
-    rest = RestArgs(rest_iterations=2, rest_samples_per_query=4, rest_restart_from_base=True)
+    rest = RestArgs(rest_iterations=2, rest_restart_from_base=True)
     sft = sft_args(tmp_path, per_device_train_batch_size=2, learning_rate=2e-2, warmup_steps=0)
     run_rest(
         model=model, tokenizer=tok, items=items, scorer=scorer, generator=PoolGenerator(pools_for(world), model),
-        rest=rest, sft=sft, style="auto", run_dir=run_dir, log=RolloutLog.in_run(run_dir),
+        rest=rest, sft=sft, sampling=SamplingArgs(num_generations=4), style="auto", run_dir=run_dir, log=RolloutLog.in_run(run_dir),
         prompt_hash="ph", policy_name="tiny",
     )  # fmt: skip
     a0, a1 = adapter_tensors(adapter_dir(run_dir, 0)), adapter_tensors(adapter_dir(run_dir, 1))

@@ -49,7 +49,7 @@ def _rest_recipe(tmp_path, assets, **values) -> Path:
     for key in ("num_generations", "max_completion_length", "save_steps"):
         recipe.pop(key)
     recipe.update(
-        algorithm="rest", rest_iterations=1, rest_samples_per_query=2, dataset_limit=4, per_device_train_batch_size=2
+        algorithm="rest", rest_iterations=1, num_generations=2, dataset_limit=4, per_device_train_batch_size=2
     )
     recipe.update(values)
     path = tmp_path / "rest.yaml"
@@ -269,11 +269,11 @@ def test_rest_dispatches_to_the_rest_loop(tmp_path, assets):
     from vprl.train.rest.sft import iteration_args
     from vprl.train.rl import main
 
-    recipe = _rest_recipe(tmp_path, assets, rest_max_new_tokens=48, learning_rate=1e-3)
+    recipe = _rest_recipe(tmp_path, assets, max_completion_length=48, learning_rate=1e-3)
     cfg = parse_rl_config(["--config", str(recipe)])
     # the SFT step takes the recipe's trainer arguments as they are, the loop's own fields aside
     sft = iteration_args(cfg.training, tmp_path / "iter")
-    assert (cfg.rest.rest_iterations, cfg.rest.rest_samples_per_query) == (1, 2)
+    assert (cfg.rest.rest_iterations, cfg.sampling.num_generations) == (1, 2)
     assert (sft.learning_rate, sft.per_device_train_batch_size, sft.num_train_epochs, sft.max_grad_norm) == (
         1e-3,
         2,
@@ -295,7 +295,7 @@ def test_rest_with_two_processes_samples_once_and_trains_on_both(tmp_path, asset
     recipe = _rest_recipe(
         tmp_path,
         assets,
-        rest_max_new_tokens=24,
+        max_completion_length=24,
         # keep every scored program, even one that does not parse (-1), so SFT runs whatever the briefly
         # fitted policy writes (which programs run depends on float rounding under the thread count)
         rest_keep_rule="at_least",

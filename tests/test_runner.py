@@ -258,11 +258,11 @@ def test_cli_end_to_end(tmp_path, capsys):
         [
             "--examples", str(tmp_path / "examples.jsonl"),
             "--programs", str(tmp_path / "programs.jsonl"),
-            "--tools", "oracle",
-            "--set", f"scene_graphs={graphs}",
+            "--tool_stack", "oracle",
+            "--tool_overrides", f"{{scene_graphs: {graphs}}}",
             "--out", str(out),
-            "--timeout", "2",
-            "--slots", "2",
+            "--executor_timeout_s", "2",
+            "--executor_slots", "2",
         ]
     )  # fmt: skip
     assert rc == 0

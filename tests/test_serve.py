@@ -66,14 +66,14 @@ def _run_cli(tmp_path, examples, programs, stack, service=None, name="out") -> l
     command += [
         "--programs",
         str(tmp_path / "programs.jsonl"),
-        "--tools",
+        "--tool_stack",
         str(stack),
         "--out",
         str(out),
-        "--slots",
+        "--executor_slots",
         "2",
     ]
-    command += ["--tool-service", service] if service else []
+    command += ["--tool_service", service] if service else []
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in out.read_text().splitlines()]

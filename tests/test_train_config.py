@@ -100,18 +100,21 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
 
 
 def test_the_evaluation_takes_train_rls_names_for_the_same_settings(tmp_path):
-    """#29 item 3: `prompt_layout` / `layout`, `executor_timeout_s` / `timeout_s`, `tool_stack` /
-    `tools` named one setting differently in the two commands."""
+    """#29 item 3, #36 item 2: `prompt_layout` / `layout`, `executor_timeout_s` / `timeout_s`,
+    `tool_stack` / `tools` named one setting differently in the two commands; the old names are
+    retired with a one-line error naming the new one, in a file (with its line) and on the command line."""
     from vprl.train.evaluation.config import EvalConfig
 
     (cfg,) = parse_config(
         [EvalConfig], ["--prompt_layout", "bare", "--executor_timeout_s=7", "--tool_stack", "x.yaml"]
     )
-    assert (cfg.layout, cfg.timeout_s, cfg.tools) == ("bare", 7.0, "x.yaml")
-    both = tmp_path / "eval.yaml"
-    both.write_text("layout: bare\nprompt_layout: viunit\n")
-    with pytest.raises(ConfigError, match=r"eval.yaml:2: prompt_layout and layout name one setting"):
-        parse_config([EvalConfig], ["--config", str(both)])
+    assert (cfg.prompt_layout, cfg.executor_timeout_s, cfg.tool_stack) == ("bare", 7.0, "x.yaml")
+    old = tmp_path / "eval.yaml"
+    old.write_text("datasets: [shapes:val]\nlayout: bare\n")
+    with pytest.raises(ConfigError, match=r"^\S*eval.yaml:2: layout is now prompt_layout \(one name"):
+        parse_config([EvalConfig], ["--config", str(old)])
+    with pytest.raises(ConfigError, match=r"^command line: n_programs is now num_generations"):
+        parse_config([EvalConfig], ["--n_programs", "3"])
 
 
 def test_help_is_grouped_and_prepare_unit_tests_leaves_the_trainer_out():

@@ -74,8 +74,8 @@ def test_item4_the_policy_writes_its_program_whatever_the_kernels(policy, capabi
 def _run_example(cwd: Path, world: Path, policy: Path, out: Path, script: Path = EXAMPLE):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONPATH", None)  # what a user's shell has: the installed vprl, nothing of the tests
-    argv = [sys.executable, str(script), "--model", str(policy), "--world", str(world), "--out", str(out)]
-    argv += ["--layout", "bare", "--cpu"]
+    argv = [sys.executable, str(script), "--model_name_or_path", str(policy), "--world", str(world), "--out", str(out)]
+    argv += ["--prompt_layout", "bare", "--cpu"]
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=540)
 
 
@@ -166,7 +166,7 @@ def test_the_functions_add_up_to_the_composed_total(world, conversational):
     prompts = list(dataset["prompt"])
     completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
     weights = {"correctness": 1.0, "executes": 0.25}
-    with program_rewards(weights, tools="shapes", runner=RUNNER, penalties={"runtime_error": -0.3}) as rewards:
+    with program_rewards(weights, tool_stack="shapes", runner=RUNNER, penalties={"runtime_error": -0.3}) as rewards:
         assert not rewards.session.started  # nothing runs before the first batch
         assert [f.__name__ for f in rewards.funcs] == ["correctness", "executes", "failure_penalty"]
         assert rewards.weights == [1.0, 0.25, 1.0]
@@ -194,7 +194,7 @@ def test_a_trainer_weighing_the_rewards_otherwise_is_refused(world):
         def _log_metric(self, name, value):
             self.logged[name] = value
 
-    with program_rewards({"correctness": 2.0}, tools="shapes", runner=RUNNER) as rewards:
+    with program_rewards({"correctness": 2.0}, tool_stack="shapes", runner=RUNNER) as rewards:
         forgot = Trainer(rewards.funcs, [1.0, 1.0])  # GRPOConfig without reward_weights
         with pytest.raises(ValueError, match=r"reward_weights=rewards.weights"):
             _call(rewards, prompts, texts, examples, log_metric=forgot._log_metric)
@@ -249,7 +249,7 @@ def test_rewards_are_named_as_a_user_writes_them():
 
 
 def test_the_session_config_round_trips_and_names_a_bad_field():
-    config = SessionConfig(rewards=reward_config({"correctness": 1.0}), tools="viunit", runner=RunnerConfig(slots=3))
+    config = SessionConfig(rewards=reward_config({"correctness": 1.0}), tool_stack="viunit", runner=RunnerConfig(slots=3))
     assert SessionConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
     with pytest.raises(ValueError, match=r"settings.json: runner: slots: expected an integer"):
         SessionConfig.from_json({"runner": {"slots": "3"}}, "settings.json")

@@ -125,7 +125,7 @@ def test_the_same_completions_score_the_same_through_every_door(prepared):
 
     prompts = list(trl_dataset(examples, layout="bare")["prompt"])
     runner = runner_from_json(settings["runner"], "vprl_reward.json: runner")  # the recipe's executor settings
-    with program_rewards(WEIGHTS, tools="shapes", runner=runner, penalties=PENALTIES) as rewards:
+    with program_rewards(WEIGHTS, tool_stack="shapes", runner=runner, penalties=PENALTIES) as rewards:
         via_trl = _weighted(_call(rewards, prompts, texts, examples), rewards.weights)
 
     extra = [
@@ -175,7 +175,7 @@ def test_hostile_programs_get_a_score_each_and_never_raise(prepared):
     world, _, _ = prepared
     names, examples, texts = _hostile_batch(world)
     prompts = list(trl_dataset(examples, layout="bare")["prompt"])
-    with program_rewards(WEIGHTS, tools="shapes", runner=FAST, penalties=PENALTIES) as rewards:
+    with program_rewards(WEIGHTS, tool_stack="shapes", runner=FAST, penalties=PENALTIES) as rewards:
         rewards.start()  # the supervisor's start is not the batch's time
         began = time.monotonic()
         values = _call(rewards, prompts, texts, examples)
@@ -206,7 +206,7 @@ def test_a_dead_supervisor_is_restarted_before_the_next_batch(prepared, caplog):
     world, _, _ = prepared
     names, examples, texts = _hostile_batch(world)
     prompts = list(trl_dataset(examples, layout="bare")["prompt"])
-    with program_rewards(WEIGHTS, tools="shapes", runner=FAST, penalties=PENALTIES) as rewards:
+    with program_rewards(WEIGHTS, tool_stack="shapes", runner=FAST, penalties=PENALTIES) as rewards:
         first = _call(rewards, prompts, texts, examples)
         dead = _kill(rewards.session)
         began = time.monotonic()
@@ -227,7 +227,7 @@ def test_a_supervisor_that_cannot_restart_is_one_clear_error(prepared, monkeypat
     world, _, _ = prepared
     examples, texts = _completions(world)
     prompts = list(trl_dataset(examples, layout="bare")["prompt"])
-    with program_rewards(WEIGHTS, tools="shapes", runner=FAST, penalties=PENALTIES) as rewards:
+    with program_rewards(WEIGHTS, tool_stack="shapes", runner=FAST, penalties=PENALTIES) as rewards:
         _call(rewards, prompts, texts, examples)
 
         async def refuse(cls, *args, **kwargs):
@@ -276,7 +276,7 @@ def test_a_supervisor_that_dies_again_right_after_its_restart_is_not_restarted_f
     world, _, _ = prepared
     examples, texts = _completions(world)
     prompts = list(trl_dataset(examples, layout="bare")["prompt"])
-    with program_rewards(WEIGHTS, tools="shapes", runner=FAST, penalties=PENALTIES) as rewards:
+    with program_rewards(WEIGHTS, tool_stack="shapes", runner=FAST, penalties=PENALTIES) as rewards:
         first = _call(rewards, prompts, texts, examples)
         _kill(rewards.session)
         # the restart a batch would make, then a death before any batch finished on the new one:
@@ -288,7 +288,7 @@ def test_a_supervisor_that_dies_again_right_after_its_restart_is_not_restarted_f
         ):
             _call(rewards, prompts, texts, examples)
     # a restart that did serve a batch counts as healed: the next death is restarted again
-    with program_rewards(WEIGHTS, tools="shapes", runner=FAST, penalties=PENALTIES) as rewards:
+    with program_rewards(WEIGHTS, tool_stack="shapes", runner=FAST, penalties=PENALTIES) as rewards:
         _call(rewards, prompts, texts, examples)
         for _ in range(2):
             _kill(rewards.session)

@@ -88,13 +88,13 @@ def _run(module: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProce
     [
         (
             "vprl.executor.run",
-            ["--examples", "x", "--programs", "y", "--tools", "z", "--out", "o", "--timeout", "-3"],
-            "--timeout: must be > 0, got -3",
+            ["--examples", "x", "--programs", "y", "--tool_stack", "z", "--out", "o", "--executor_timeout_s", "-3"],
+            "--executor_timeout_s/--executor-timeout-s: must be > 0, got -3",
         ),
         (
             "vprl.executor.run",
-            ["--examples", "x", "--programs", "y", "--tools", "z", "--out", "o", "--slots", "0"],
-            "--slots: must be >= 1, got 0",
+            ["--examples", "x", "--programs", "y", "--tool_stack", "z", "--out", "o", "--executor_slots", "0"],
+            "--executor_slots/--executor-slots: must be >= 1, got 0",
         ),
         ("vprl.data.shapes", ["--out", "w", "--workers", "0"], "--workers: must be >= 1, got 0"),
         ("vprl.data.shapes", ["--out", "w", "--train", "nan"], "expected an integer, got 'nan'"),

@@ -126,7 +126,7 @@ def test_the_recipe_is_written_in_verls_layout(prepared):
     config = SessionConfig.from_json(json.loads((out / "vprl_reward.json").read_text()))
     assert [(s.name, s.weight) for s in config.rewards.rewards] == [("correctness", 1.0), ("unit_tests", 0.5)]
     assert config.run_dir == str(out.parent.resolve()) and config.runner.slots == 2
-    assert config.tools["backend"] == "shapes" and Path(config.tools["_source"]).is_absolute()
+    assert config.tool_stack["backend"] == "shapes" and Path(config.tool_stack["_source"]).is_absolute()
     assert (out / "overrides.txt").read_text().split() == [
         f"data.train_files={out.resolve() / 'train.parquet'}",
         f"data.val_files={out.resolve() / 'train.parquet'}",

@@ -26,7 +26,7 @@ from rest_helpers import (
 )
 
 from vprl.train.prompts import encode_prompt, frame_prompt
-from vprl.train.recipe.sections import RestArgs
+from vprl.train.recipe.sections import RestArgs, SamplingArgs
 from vprl.train.rest.iterations import adapter_dir, initial_adapter_dir
 from vprl.train.rest.loop import run_rest
 from vprl.train.rollouts.log import RolloutLog
@@ -167,11 +167,12 @@ def test_rest_loop_serves_each_iterations_adapter_to_one_engine(tmp_path, world)
     engine = FakeEngine(tok, pools_for(world))
     gen = VLLMGenerator(str(tmp_path / "policy"), tok, engine=engine, types=FAKE_TYPES, use_tqdm=False)
     run_dir = tmp_path / "run"
-    rest = RestArgs(rest_iterations=2, rest_samples_per_query=4)
+    rest = RestArgs(rest_iterations=2)
     sft = sft_args(tmp_path, per_device_train_batch_size=2, seed=1)
     with oracle_scorer(world[0]) as scorer:
         paths = run_rest(
             model=model, tokenizer=tok, items=items, scorer=scorer, generator=gen, rest=rest, sft=sft,
+            sampling=SamplingArgs(num_generations=4),
             style="auto", run_dir=run_dir, log=RolloutLog.in_run(run_dir),
             prompt_hash="ph", policy_name="tiny",
         )  # fmt: skip

@@ -106,13 +106,13 @@ def shapes_evaluation(root: Path, policy: Path, adapter: Path) -> Path:
     build_eval_world(world, val=8)
     gold = all_gold(world)
     cfg = EvalConfig(
-        policy=str(policy),
+        model_name_or_path=str(policy),
         adapters=f"after_rl={adapter}",
         base_label="before_rl",
         shapes_root=str(world),
-        layout="bare",
+        prompt_layout="bare",
         out=str(root / "eval"),
-        max_new_tokens=32,
+        max_completion_length=32,
         threads=1,
     )
     evaluate(cfg, make_generator=lambda p: AfterPolicy(gold) if p.adapter else ScriptedPolicy(gold, wrong_share=0.7))

@@ -227,8 +227,8 @@ def rest_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int]
         tool_stack="shapes",
         output_dir=str(root / "rest"),
         rest_iterations=2,
-        rest_samples_per_query=2,
-        rest_max_new_tokens=40,
+        num_generations=2,
+        max_completion_length=40,
         rest_keep_rule="at_least",
         rest_keep_threshold=-1.0,  # keep every program that ran, so that each iteration trains
         rest_generator="vllm",
@@ -269,11 +269,11 @@ def evaluation_path(entry: dict, root: Path, world: Path, policy: Path, adapter:
     session.policy_generator = recorded
     children = {p.pid for p in psutil.Process().children(recursive=True)}
     cfg = EvalConfig(
-        policy=str(policy),
+        model_name_or_path=str(policy),
         shapes_root=str(world),
-        layout="bare",
+        prompt_layout="bare",
         limit=2,
-        max_new_tokens=24,
+        max_completion_length=24,
         datasets="shapes:val",
         modes="single",
         generator="vllm",

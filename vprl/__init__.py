@@ -7,7 +7,8 @@ The public API, importable from here:
 - the reward registry: `register` a reward of your own, `reward_names`, `build_reward`, and
   `build_rewards`, the composed reward of a `RewardConfig` (docs/rewards.md);
 - the config and record types: `RLConfig`, `EvalConfig`, `RewardConfig`, `RewardSpec`,
-  `PromptConfig`, `RunnerConfig`, `Example`, `ExecutionResult`.
+  `PromptConfig`, `RunnerConfig`, `Example`, `ExecutionResult`, and the sections every command
+  shares (docs/configs.md): `ModelArgs`, `ExecutorArgs`, `SamplingArgs`.
 
 Each name is imported on first use, so `import vprl` stays fast and loads neither torch nor trl.
 """
@@ -32,6 +33,9 @@ _PUBLIC = {
     "EvalConfig": "vprl.train.evaluation.config",
     "PromptConfig": "vprl.train.prompts",
     "RunnerConfig": "vprl.executor.runner_config",
+    "ModelArgs": "vprl.train.recipe.sections",
+    "ExecutorArgs": "vprl.executor.settings",
+    "SamplingArgs": "vprl.train.recipe.sections",
     "Example": "vprl.data.records",
     "ExecutionResult": "vprl.executor.results",
 }

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from vprl.data.ranges import NON_NEGATIVE, Range
+from vprl.data.retired_names import retired_message
 
 EXIT_BAD_INPUT = 2
 # What reading a user's files and options raises when they are wrong (loaders and checks raise these
@@ -46,6 +47,15 @@ class CommandParser(argparse.ArgumentParser):
         elif value_range is not None:
             raise TypeError(f"value_range is for int or float options, not {args}")
         return super().add_argument(*args, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        given = sys.argv[1:] if args is None else list(args)
+        known = {name.lstrip("-").replace("-", "_") for action in self._actions for name in action.option_strings}
+        for token in given:
+            message = retired_message(token, known) if token.startswith("--") else None
+            if message and token.lstrip("-").split("=", 1)[0].replace("-", "_") not in known:
+                fail(f"{self.prog}: {message}")
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         fail(f"{self.prog}: {message}\n(`{self.prog} --help` lists the options)")

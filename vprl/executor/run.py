@@ -1,10 +1,11 @@
 """Run programs on examples in the sandbox and write one result row per program.
 
     python -m vprl.executor.run --examples EXAMPLES.jsonl --programs PROGRAMS.jsonl \\
-        --tools oracle --set scene_graphs=val_sceneGraphs.json --out RESULTS.jsonl
+        --tool_stack oracle --tool_overrides "{scene_graphs: val_sceneGraphs.json}" --out RESULTS.jsonl
 
 Program rows are `{"id", "example_id", "program"}`; each result row is that `id` plus the fields of
-`ExecutionResult`. A summary of statuses and tool-host metrics is printed at the end.
+`ExecutionResult`. A summary of statuses and tool-host metrics is printed at the end. The executor's
+options are the RL recipe's executor keys (`vprl.executor.settings.ExecutorArgs`), under the same names.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import asyncio
 import json
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
-
-import yaml
 
 from vprl.data.cli import CommandParser, checked, fail
 from vprl.data.ranges import AT_LEAST_ONE, POSITIVE
@@ -25,43 +24,44 @@ from vprl.data.records import Example, read_examples, read_jsonl, write_jsonl
 from vprl.data.typed import check_row
 from vprl.executor.backends import open_backend
 from vprl.executor.host import ToolHost
-from vprl.executor.runner import SANDBOX_MODES, BatchRunner, RunnerConfig
+from vprl.executor.runner import SANDBOX_MODES, BatchRunner
 from vprl.executor.sandbox.connection import SandboxUnavailable
 from vprl.executor.serve.deploy import ServiceUnavailable
+from vprl.executor.settings import ExecutorArgs
 from vprl.executor.tools.base import ToolBackend
 from vprl.executor.tools.images import ImageStore
+
+
+def add_executor_options(p: CommandParser) -> None:
+    """`ExecutorArgs`' keys as options, with its defaults and help."""
+    defaults = {f.name: f for f in fields(ExecutorArgs)}
+
+    def about(name: str) -> str:
+        return defaults[name].metadata["help"]
+
+    p.add_argument("--tool_stack", required=True, help=about("tool_stack"))
+    p.add_argument("--tool_overrides", default=None, metavar="MAPPING", help=about("tool_overrides") + " (YAML)")
+    p.add_argument("--tool_service", default=None, metavar="ADDRESS", help=about("tool_service"))
+    p.add_argument("--executor_slots", type=int, default=None, value_range=AT_LEAST_ONE, help=about("executor_slots"))
+    p.add_argument(
+        "--executor_timeout_s", type=float, default=5.0, value_range=POSITIVE, help=about("executor_timeout_s")
+    )
+    p.add_argument("--executor_sandbox", choices=SANDBOX_MODES, default="auto", help=about("executor_sandbox"))
+    p.add_argument(
+        "--executor_max_rpcs", type=int, default=200, value_range=AT_LEAST_ONE, help=about("executor_max_rpcs")
+    )
+
+
+def executor_args(args: argparse.Namespace) -> ExecutorArgs:
+    return ExecutorArgs(**{f.name: getattr(args, f.name) for f in fields(ExecutorArgs)})
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = CommandParser(prog="python -m vprl.executor.run", description=__doc__.split("\n")[0])
     p.add_argument("--examples", required=True, help="JSONL of vprl.data.records.Example rows")
     p.add_argument("--programs", required=True, help='JSONL of {"id", "example_id", "program"} rows')
-    p.add_argument(
-        "--tools",
-        required=True,
-        help="a named stack (vprl/executor/tools/stacks/: shapes, oracle, viunit, ...) or any stack YAML's path",
-    )
     p.add_argument("--out", required=True, help="where to write the result rows (JSONL)")
-    p.add_argument(
-        "--timeout", type=float, default=5.0, value_range=POSITIVE, help="seconds per program, tool waits excluded"
-    )
-    p.add_argument(
-        "--slots", type=int, default=None, value_range=AT_LEAST_ONE, help="programs at once (default: number of cores)"
-    )
-    p.add_argument(
-        "--sandbox",
-        choices=SANDBOX_MODES,
-        default="auto",
-        help="auto: full where namespaces work, else restricted (announced); 'none' = no isolation, debug only",
-    )
-    p.add_argument("--max-rpcs", type=int, default=200, help="tool calls allowed per program")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a tool-stack setting")
-    p.add_argument(
-        "--tool-service",
-        default=None,
-        metavar="ADDRESS",
-        help="Ray address of the stack deployed with `python -m vprl.executor.serve` (default: tools in-process)",
-    )
+    add_executor_options(p)
     return p.parse_args(argv)
 
 
@@ -89,16 +89,6 @@ def read_programs(path: str, examples: dict[str, Example]) -> list[dict[str, Any
     return rows
 
 
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
-
-
 def make_backend(tools: str, overrides: dict[str, Any], images: ImageStore, service: str | None = None) -> ToolBackend:
     # the oracle's scene graphs and a deployed stack's refusal of overrides are the door's rules
     return open_backend(tools, images, service, **overrides)
@@ -108,15 +98,10 @@ async def run(args: argparse.Namespace) -> Counter:
     # Everything a user supplied is read first: a bad file, row or setting ends here, in one line.
     examples = {ex.id: ex for ex in checked(read_examples, args.examples)}
     programs = checked(read_programs, args.programs, examples)
-    backend = checked(make_backend, args.tools, checked(parse_overrides, args.set), ImageStore(), args.tool_service)
+    executor = checked(executor_args, args)
+    backend = checked(make_backend, executor.tool_stack, executor.tool_overrides, ImageStore(), executor.tool_service)
     host = ToolHost(backend)
-    config = checked(
-        RunnerConfig,
-        timeout_s=args.timeout,
-        sandbox=args.sandbox,
-        max_rpcs=args.max_rpcs,
-        **({"slots": args.slots} if args.slots else {}),
-    )
+    config = checked(executor.runner_config)
     try:
         async with BatchRunner(host, config) as runner:
             host.preload()  # models load before the first program, not inside its first call's timeout

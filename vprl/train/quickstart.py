@@ -34,7 +34,7 @@ EVAL_CONFIG = "configs/eval/shapes_matrix.yaml"
 class QuickstartConfig:
     out: str = field(default="runs/quickstart", metadata={"help": "folder of the RL run and the evaluation"})
     seed: int = field(default=0, metadata={"help": "seed of the policy's bootstrap and of RL"})
-    policy: str = field(
+    model_name_or_path: str = field(
         default="runs/tiny_policy",
         metadata={"help": "the tiny policy's folder (built by vprl.train.bootstrap when missing)"},
     )
@@ -47,7 +47,9 @@ class QuickstartConfig:
     eval_world: str = field(default="runs/shapes_eval", metadata={"help": "the evaluation's shapes world (made here)"})
     eval_seed: int = field(default=1, metadata={"help": "seed of the evaluation world, apart from the training one"})
     max_steps: int = field(default=0, metadata={"help": "RL steps (0: the recipe's)"})
-    skip_bootstrap: bool = field(default=False, metadata={"help": "use `policy` as it is (any causal LM folder)"})
+    skip_bootstrap: bool = field(
+        default=False, metadata={"help": "use `model_name_or_path` as it is (any causal LM folder)"}
+    )
     rl_args: str = field(
         default="", metadata={"help": "more vprl.train.rl arguments, e.g. '--beta 0.04' (an ablation of the recipe)"}
     )
@@ -172,7 +174,7 @@ def evaluate_before_after(cfg: QuickstartConfig, policy: Path, adapter: Path | s
         [EvalConfig],
         [
             "--config", cfg.eval_config,
-            "--policy", str(policy),
+            "--model_name_or_path", str(policy),
             "--base_label", "before_rl",
             "--adapters", f"after_rl={adapter}",
             "--shapes_root", str(ensure_eval_world(cfg)),
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.time()
     os.environ.setdefault("WANDB_MODE", "offline")
 
-    policy = Path(cfg.policy)
+    policy = Path(cfg.model_name_or_path)
     if not cfg.skip_bootstrap:
         from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
 

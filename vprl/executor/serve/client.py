@@ -63,7 +63,7 @@ class ServedBackend(ToolBackend):
             raise ServiceUnavailable(
                 f"the tool service at {self.address} does not deploy {', '.join(missing)} "
                 f"(applications {', '.join(dict.fromkeys(self.settings.app_of(t) for t in missing))}); deploy the "
-                "stack with `python -m vprl.executor.serve --tools <stack> --address auto`"
+                "stack with `python -m vprl.executor.serve --tool_stack <stack> --address auto`"
             )
         apps = {name: serve.get_app_handle(self.settings.app(name)) for name in self.settings.placements}
         self.deployments = apps

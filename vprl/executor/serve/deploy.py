@@ -53,7 +53,7 @@ def connect(address: str | None) -> str:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ServiceUnavailable(
                 f"no Ray cluster at {address!r} ({exc}); start one with `ray start --head` and deploy the tools "
-                "with `python -m vprl.executor.serve --tools <stack> --address auto`"
+                "with `python -m vprl.executor.serve --tool_stack <stack> --address auto`"
             ) from None
     return ray.get_runtime_context().gcs_address
 
@@ -68,7 +68,7 @@ def _reachable(address: str | None) -> None:
     except (OSError, ValueError) as exc:
         raise ServiceUnavailable(
             f"no Ray cluster at {address!r} ({exc}); start one with `ray start --head` and deploy the tools "
-            "with `python -m vprl.executor.serve --tools <stack> --address auto`"
+            "with `python -m vprl.executor.serve --tool_stack <stack> --address auto`"
         ) from None
 
 

@@ -125,7 +125,7 @@ class StanicArgs:
     min_score: float = field(default=0.5, metadata={"help": "a program's reward must reach this to become an ACE"})
     temperature: float = field(default=0.4, metadata={"help": "sampling temperature (Stanić et al.: 0.4)"})
     top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass"})
-    max_new_tokens: int = field(default=320, metadata={"help": "program length limit in tokens"})
+    max_completion_length: int = field(default=320, metadata={"help": "program length limit in tokens"})
     batch_size: int = field(default=8, metadata={"help": "prompts per generation batch"})
     rewards: Any = field(
         default_factory=lambda: ["correctness"],
@@ -136,7 +136,7 @@ class StanicArgs:
 def stanic_from_config(argv: list[str], prog: str | None = None) -> tuple[AceReport, str]:
     from vprl.executor.backends import open_backend
     from vprl.executor.host import ToolHost
-    from vprl.executor.runner import RunnerConfig, SyncRunner
+    from vprl.executor.runner import SyncRunner
     from vprl.rewards.build import build_rewards
     from vprl.rewards.compose import RewardConfig
     from vprl.train.policy.loading import check_policy, policy_name
@@ -156,14 +156,12 @@ def stanic_from_config(argv: list[str], prog: str | None = None) -> tuple[AceRep
     examples = pick_examples(load_examples(data), args.ids, args.n, args.seed)
     templates = {task: PromptTemplate.from_config(c) for task, c in prompt_configs(prompt, examples).items()}
     stack, overrides = tool_stack(executor, data)
-    runner_cfg = RunnerConfig(
-        slots=executor.executor_slots or 2, timeout_s=executor.executor_timeout_s, sandbox=executor.executor_sandbox
-    )
+    runner_cfg = executor.runner_config()
     out = Path(args.out)
     log = RolloutLog(out.with_suffix(".attempts.jsonl"))
     log.path.unlink(missing_ok=True)
     sampling = policy_sampling(
-        temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
+        temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_completion_length, seed=args.seed
     )
     tool_record = {"file": executor.tool_stack, "config": {k: v for k, v in stack.items() if k != "_source"}}
     backend = open_backend(stack, service=executor.tool_service, **overrides)

@@ -18,7 +18,7 @@ from vprl.rewards.build import build_rewards
 from vprl.rewards.compose import RewardConfig
 from vprl.train.prompts import PromptConfig, PromptTemplate, completion_to_program
 from vprl.train.rollouts.scorer import ProgramScorer
-from vprl.train.sampling.generator import policy_sampling, sampling_fields
+from vprl.train.sampling.generator import policy_sampling
 from vprl.train.sampling.hf import HFGenerator
 
 
@@ -68,21 +68,23 @@ def _score(scores: list[float], n: int, k: int) -> tuple[float, float, float, fl
 
 
 def evaluate_policy(model, tokenizer, examples: list[Example], gold: dict[str, str], root: Path, cfg) -> PolicyEval:
-    """Greedy and `cfg.eval_samples` sampled programs per example, scored with `cfg.tools`."""
+    """Greedy and `cfg.num_generations` sampled programs per example, scored with `cfg.tool_stack`."""
     if not examples:
         raise ValueError("evaluate_policy needs at least one example")
-    k = cfg.eval_samples
+    k = cfg.num_generations
     template = PromptTemplate.from_config(PromptConfig(layout="bare", task="vqa"))
     prompts = [template.build(e.query) for e in examples]
     generator = HFGenerator(model, tokenizer, batch_size=128, style="plain")
-    greedy = generator.generate(prompts, policy_sampling(temperature=0, max_new_tokens=cfg.eval_max_new_tokens))
-    sampling = policy_sampling(**sampling_fields(cfg, "eval_"), n=k, seed=cfg.seed)
+    greedy = generator.generate(prompts, policy_sampling(temperature=0, max_new_tokens=cfg.max_completion_length))
+    sampling = policy_sampling(
+        temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length, n=k, seed=cfg.seed
+    )
     samples = generator.generate(prompts, sampling)
     jobs: list[tuple[Example, str]] = []
     for e, p, g, s in zip(examples, prompts, greedy, samples, strict=True):
         jobs += [(e, completion_to_program(p, c)) for c in g + s] + [(e, gold[e.query])]
-    backend = tool_backend(cfg.tools, root)
-    with SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.slots, sandbox=cfg.sandbox)) as runner:
+    backend = tool_backend(cfg.tool_stack, root)
+    with SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.executor_slots, sandbox=cfg.executor_sandbox)) as runner:
         batch = ProgramScorer(runner, build_rewards(RewardConfig())).score(
             [j[0] for j in jobs], [j[1] for j in jobs], progress=True
         )

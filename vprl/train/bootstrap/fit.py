@@ -70,6 +70,17 @@ TASKS = ("vqa", "itm", "grounding")
 LATER_KEYS = {"tasks": ["vqa"], "world_winoground": 4, "world_sugarcrepe": 1, "world_refcoco": 4}
 
 
+# The names the cache key has always used for settings since renamed (docs/configs.md): a policy
+# built before the renaming is still found.
+KEY_NAMES = {
+    "tool_stack": "tools",
+    "num_generations": "eval_samples",
+    "temperature": "eval_temperature",
+    "top_p": "eval_top_p",
+    "max_completion_length": "eval_max_new_tokens",
+}
+
+
 @dataclass(frozen=True)
 class BootstrapConfig(TinyModelConfig):
     """The tiny policy's recipe: the model's sizes (`TinyModelConfig`'s fields), then these."""
@@ -104,20 +115,20 @@ class BootstrapConfig(TinyModelConfig):
     warmup_steps: float = field(default=0.05, metadata={"help": "warm-up: steps, or a ratio of all steps below 1"})
     # evaluation: greedy and sampled programs on `eval_val` questions of the training families on new
     # images and `eval_heldout` of the held-out families
-    tools: str = field(
+    tool_stack: str = field(
         default="shapes", metadata={"help": "tools of the evaluation: oracle | shapes | a tool-stack YAML"}
     )
     eval_val: int = field(default=80, metadata={"help": "training-family questions on new images"})
     eval_heldout: int = field(default=50, metadata={"help": "held-out-family questions"})
-    eval_samples: int = field(default=8, metadata={"help": "programs sampled per question"})
-    eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    eval_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
+    num_generations: int = field(default=8, metadata={"help": "programs sampled per question"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
     # the longest shapes-world program is about 90 tokens
-    eval_max_new_tokens: int = field(default=160, metadata={"help": "program length limit in tokens"})
+    max_completion_length: int = field(default=160, metadata={"help": "program length limit in tokens"})
     # how it runs (not in the cache key)
-    slots: int = field(default=2, metadata={"help": "programs run in parallel (not in the cache key)"})
+    executor_slots: int = field(default=2, metadata={"help": "programs run in parallel (not in the cache key)"})
     threads: int = field(default=2, metadata={"help": "torch CPU threads (not in the cache key)"})
-    sandbox: str = field(
+    executor_sandbox: str = field(
         default="auto",
         metadata={
             "help": "auto (full where namespaces work, else restricted) | full | restricted | none (debugging only)"
@@ -130,7 +141,15 @@ class BootstrapConfig(TinyModelConfig):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"BootstrapConfig.{name} must be in [0, 1], got {value}")
-        for name in ("world_train", "world_val", "copies", "batch_size", "threads", "eval_samples", "slots"):
+        for name in (
+            "world_train",
+            "world_val",
+            "copies",
+            "batch_size",
+            "threads",
+            "num_generations",
+            "executor_slots",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"BootstrapConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("world_winoground", "world_sugarcrepe", "world_refcoco"):
@@ -146,7 +165,11 @@ class BootstrapConfig(TinyModelConfig):
     def key(self) -> str:
         """Hash of everything that changes the policy (not where it is written, nor how many
         sandbox slots evaluate it, nor in which sandbox)."""
-        data = {k: v for k, v in asdict(self).items() if k not in ("out", "slots", "threads", "sandbox")}
+        data = {
+            KEY_NAMES.get(k, k): v
+            for k, v in asdict(self).items()
+            if k not in ("out", "executor_slots", "threads", "executor_sandbox")
+        }
         data = {k: v for k, v in data.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
         return hashlib.sha256(json.dumps({"v": VERSION, **data}, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -1,46 +1,35 @@
 """The evaluation's settings (`EvalConfig`: YAML keys or `--key value`). Keys that hold lists or
-mappings are kept as text, whichever form they came in; `vprl.train.evaluation.plan` checks them.
+mappings are parsed here into lists and dicts, whichever form they came in; `vprl.train.evaluation.plan`
+checks what they name.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from vprl.data.loaders import DATASETS
-from vprl.executor.api.spec import VARIANTS
+from vprl.executor.settings import ExecutorArgs
 from vprl.train.evaluation.modes import FEEDBACK, MODES
-from vprl.train.prompts.prompt_config import LAYOUTS
+from vprl.train.recipe.sections import ModelArgs, PromptArgs, SamplingArgs
 
 SHAPES_TASKS = ("train", "val", "heldout", "winoground", "sugarcrepe", "refcoco")
 
 
 # Keys that hold lists or mappings: real YAML lists and mappings in a config file; comma text
-# (`a,b`, `name=value,...`) or JSON on the command line. `EvalConfig` keeps them as that text.
-LIST_KEYS = ("adapters", "datasets", "modes", "seeds", "seen_split")
+# (`a,b`, `name=value,...`) or JSON on the command line. Declared as text for the argument parser's
+# sake; `EvalConfig.__post_init__` leaves them lists, dicts (None for settings not given) and seeds ints.
+LIST_KEYS = ("adapters", "datasets", "modes", "seen_split")
 PAIR_KEYS = ("data_roots", "splits", "samples")
 SETTING_KEYS = ("self_tuning", "unit_tests", "vllm_kwargs")
 
 
 @dataclass
-class EvalConfig:
-    """Evaluation settings (YAML keys or `--key value`)."""
+class EvalConfig(SamplingArgs, ExecutorArgs, PromptArgs, ModelArgs):
+    """Evaluation settings (YAML keys or `--key value`). The policy, prompt, executor and sampling
+    keys are the RL recipe's sections, under the same names (docs/configs.md); `prompt_task` stays
+    unset, each dataset's task decides it."""
 
-    # vprl.train.rl's names for the same settings, so one vocabulary works in both commands' files and flags
-    KEY_ALIASES: ClassVar[dict[str, str]] = {
-        "model_name_or_path": "policy",
-        "tool_stack": "tools",
-        "prompt_variant": "variant",
-        "prompt_layout": "layout",
-        "prompt_ice_file": "ice_file",
-        "prompt_max_ices": "max_ices",
-        "executor_slots": "slots",
-        "executor_timeout_s": "timeout_s",
-        "executor_sandbox": "sandbox",
-    }
-
-    policy: str = field(default="", metadata={"help": "base model path (local dir or hub id)"})
     adapters: str = field(default="", metadata={"help": "list of adapter folders, each optionally label=path"})
     include_base: bool = field(default=True, metadata={"help": "also evaluate the base model without adapter"})
     base_label: str = field(default="base", metadata={"help": "name of the base policy in reports"})
@@ -64,7 +53,6 @@ class EvalConfig:
         default="", metadata={"help": "list of datasets reported as <name>-unseen and <name>-seen (needs seen_from)"}
     )
     modes: str = field(default="single", metadata={"help": f"list of inference modes: {', '.join(MODES)}"})
-    n_programs: int = field(default=8, metadata={"help": "programs sampled per question (majority, selection)"})
     iterations: int = field(default=2, metadata={"help": "regeneration rounds (reprompt_tests, self_debug)"})
     feedback: str = field(default="error", metadata={"help": f"self_debug: {' or '.join(FEEDBACK)}"})
     refuse_below: float | None = field(default=None, metadata={"help": "unit_test_select: refuse below this score"})
@@ -75,27 +63,13 @@ class EvalConfig:
         metadata={"help": "the fallback also answers refused programs and those scoring below this on unit tests"},
     )
     seeds: str = field(default="0", metadata={"help": "list of sampling seeds; every dataset is answered per seed"})
-    tools: str = field(default="shapes", metadata={"help": "tool stack YAML"})
     self_tuning: str = field(default="", metadata={"help": "mapping of tool-stack overrides for self-tuning retries"})
     unit_tests: str = field(
         default="", metadata={"help": "mapping of unit-test reward settings for the test modes ({} for defaults)"}
     )
-    variant: str = field(default="vipergpt", metadata={"help": f"API variant: {' | '.join(VARIANTS)}"})
-    layout: str = field(
-        default="stanic", metadata={"help": f"prompt layout: {' | '.join(LAYOUTS)} (bare: tiny policies)"}
-    )
-    ice_file: str | None = field(default=None, metadata={"help": "JSONL of in-context examples (none: zero-shot)"})
-    max_ices: int | None = field(default=None, metadata={"help": "use the file's first N examples (none: all)"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the sampling modes"})
-    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass"})
-    max_new_tokens: int = field(default=320, metadata={"help": "program length limit in tokens"})
     batch_size: int = field(default=32, metadata={"help": "prompts per generation batch (transformers)"})
     chunk: int = field(default=64, metadata={"help": "questions handed to a mode at once: the progress bar's step"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads for generation (0: torch's default)"})
-    torch_dtype: str = field(default="auto", metadata={"help": "auto (bf16 on a GPU, fp32 on CPU) | float32 | ..."})
-    load_in_4bit: bool = field(default=False, metadata={"help": "4-bit base through bitsandbytes"})
-    load_in_8bit: bool = field(default=False, metadata={"help": "8-bit base through bitsandbytes"})
-    framing: str = field(default="auto", metadata={"help": "prompt framing: auto | plain | chat"})
     generator: str = field(default="auto", metadata={"help": "auto (vLLM on a GPU when installed) | hf | vllm"})
     vllm_gpu_memory_utilization: float = field(
         default=0.5,
@@ -107,51 +81,62 @@ class EvalConfig:
     vllm_kwargs: str = field(
         default="", metadata={"help": "mapping of other vllm.LLM arguments (max_model_len, enforce_eager, ...)"}
     )
-    sandbox: str = field(
-        default="auto",
-        metadata={
-            "help": "auto (full where namespaces work, else restricted) | full | restricted | none (debugging only)"
-        },
-    )
-    slots: int = field(default=2, metadata={"help": "programs run in parallel"})
-    timeout_s: float = field(
-        default=5.0,
-        metadata={
-            "help": "seconds of a program's own time (tool waits excluded; the runner's wall bound covers them)"
-        },
-    )
     out: str = field(default="runs/eval", metadata={"help": "folder of the reports, plots and predictions"})
 
     def __post_init__(self) -> None:
+        ExecutorArgs.__post_init__(self)
+        SamplingArgs.__post_init__(self)
+        if self.prompt_task is not None:
+            raise ValueError(f"prompt_task: each dataset's task decides it in an evaluation, got {self.prompt_task!r}")
         for key in LIST_KEYS:
-            setattr(self, key, _list_text(getattr(self, key), key))
+            setattr(self, key, _as_list(getattr(self, key), key))
         for key in PAIR_KEYS:
-            setattr(self, key, _pairs_text(getattr(self, key), key))
+            setattr(self, key, _as_pairs(getattr(self, key), key))
         for key in SETTING_KEYS:
-            setattr(self, key, _settings_text(getattr(self, key), key))
+            setattr(self, key, _as_settings(getattr(self, key), key))
+        self.seeds = _as_seeds(self.seeds)
 
 
-def _list_text(value: Any, key: str) -> str:
+def _as_list(value: Any, key: str) -> list[str]:
     if isinstance(value, list | tuple):
-        return ",".join(str(v).strip() for v in value)
-    if isinstance(value, str | int) and not isinstance(value, bool):
-        return str(value)
-    raise ValueError(f"{key}: expected a list, got {type(value).__name__} {value!r:.80}")
+        items = [str(v).strip() for v in value]
+    elif isinstance(value, str | int) and not isinstance(value, bool):
+        items = [s.strip() for s in str(value).split(",")]
+    else:
+        raise ValueError(f"{key}: expected a list, got {type(value).__name__} {value!r:.80}")
+    return [item for item in items if item]
 
 
-def _pairs_text(value: Any, key: str) -> str:
+def _as_pairs(value: Any, key: str) -> dict[str, str]:
     if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, str):
-        return value
-    raise ValueError(f"{key}: expected a mapping of dataset names, got {type(value).__name__} {value!r:.80}")
+        return {str(k).strip(): str(v).strip() for k, v in value.items()}
+    if not isinstance(value, str):
+        raise ValueError(f"{key}: expected a mapping of dataset names, got {type(value).__name__} {value!r:.80}")
+    out = {}
+    for item in filter(None, (s.strip() for s in value.split(","))):
+        if "=" not in item:
+            raise ValueError(f"{key}: {item!r} is not name=value")
+        name, text = item.split("=", 1)
+        out[name.strip()] = text.strip()
+    return out
 
 
-def _settings_text(value: Any, key: str) -> str:
-    """A settings mapping as JSON text ("" when none): from YAML, or JSON/YAML text on the command line."""
+def _as_settings(value: Any, key: str) -> dict[str, Any] | None:
+    """A settings mapping (None when not given; `{}` is "the defaults"): from YAML, or JSON/YAML text
+    on the command line."""
     from vprl.train.recipe.parsing import structured
 
-    if value == "":
-        return ""
-    mapping = structured(value, key, dict)
-    return "" if mapping is None else json.dumps(mapping)
+    if value == "" or value is None:
+        return None
+    return structured(value, key, dict)
+
+
+def _as_seeds(value: Any) -> list[int]:
+    items = _as_list(value, "seeds")
+    try:
+        seeds = [int(s) for s in items]
+    except ValueError:
+        raise ValueError(f"seeds: expected a comma list of integers, got {value!r}") from None
+    if not seeds:
+        raise ValueError("seeds: empty")
+    return seeds

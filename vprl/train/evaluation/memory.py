@@ -85,7 +85,7 @@ class EvalMemory:
                     f"{hint}, or place tools on another GPU (device: cuda:N) or quantize them in {tools_file}"
                 )
             raise ValueError(
-                f"tools: {head}; place tools on another GPU (device: cuda:N) or quantize them in {tools_file}"
+                f"tool_stack: {head}; place tools on another GPU (device: cuda:N) or quantize them in {tools_file}"
             )
 
 
@@ -95,7 +95,7 @@ def _device(device: str, gpus: list[float], what: str) -> str:
         return "the CPU"
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     if index >= len(gpus):
-        raise ValueError(f"tools: {what} is placed on {device}, but {len(gpus)} GPU(s) are visible")
+        raise ValueError(f"tool_stack: {what} is placed on {device}, but {len(gpus)} GPU(s) are visible")
     return f"GPU {index}"
 
 
@@ -131,7 +131,7 @@ def tool_components(stack: dict[str, Any], gpus: list[float], label: str = "tool
 def policy_components(cfg: Any, generator: str, gpus: list[float]) -> list[Component]:
     """The policy's sampler on GPU 0: vLLM's reserved share, or the transformers model's weights and
     the cache of one generation batch."""
-    size = model_size(cfg.policy)
+    size = model_size(cfg.model_name_or_path)
     quant = "4bit" if cfg.load_in_4bit else "8bit" if cfg.load_in_8bit else None
     dtype = cfg.torch_dtype if cfg.torch_dtype in BYTES else "bfloat16"
     weights = size.params * BYTES[quant or dtype] / GIB
@@ -140,11 +140,11 @@ def policy_components(cfg: Any, generator: str, gpus: list[float]) -> list[Compo
         if gib <= weights:
             raise ValueError(
                 f"vllm_gpu_memory_utilization: {cfg.vllm_gpu_memory_utilization} of GPU 0 is {gib:.1f} GiB, "
-                f"not even the policy's weights ({cfg.policy}: {weights:.1f} GiB) and their cache; raise it"
+                f"not even the policy's weights ({cfg.model_name_or_path}: {weights:.1f} GiB) and their cache; raise it"
             )
         note = f"vllm_gpu_memory_utilization {cfg.vllm_gpu_memory_utilization}; weights {weights:.1f} GiB"
         return [Component("policy vLLM", "GPU 0", gib, note)]
-    tokens = cfg.batch_size * (KV_PROMPT_TOKENS + cfg.max_new_tokens)
+    tokens = cfg.batch_size * (KV_PROMPT_TOKENS + cfg.max_completion_length)
     cache = tokens * (size.layers or 32) * 2 * (size.hidden or 4096) * 2 / GIB
     return [Component("policy (transformers)", "GPU 0", weights + cache, f"weights {weights:.1f} GiB")]
 
@@ -180,7 +180,7 @@ def plan_memory(
         return EvalMemory([Component("everything", "the CPU", 0.0)], [], None)
     from vprl.executor.tools.stack import read_tool_stack, stack_settings
 
-    stack = read_tool_stack(cfg.tools)
+    stack = read_tool_stack(cfg.tool_stack)
     components = policy_components(cfg, generator, gpus) + tool_components(stack, gpus)
     if self_tuning is not None:  # a second tool host, with its own models
         tuned = {"backend": stack["backend"], **stack_settings(stack, self_tuning)}
@@ -196,7 +196,7 @@ def check_memory(cfg: Any, generator: str, self_tuning: Any, judge: Any, queries
     plan = plan_memory(cfg, generator, self_tuning, judge, queries, gpu_totals())
     if plan.gpus:
         print(plan.render(), file=sys.stderr)
-    plan.check(cfg.tools)
+    plan.check(cfg.tool_stack)
 
 
 def shutdown_engine(generator: Any) -> bool:

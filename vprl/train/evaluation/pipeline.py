@@ -49,9 +49,8 @@ def prepare(cfg: EvalConfig, check_prompts: bool = True) -> tuple[EvalPlan, dict
     """Validate the config and load the examples: everything that can fail on bad input."""
     plan = validate(cfg)
     data = {name: load_examples(cfg, name) for name in plan.datasets}
-    split = [s.strip() for s in cfg.seen_split.split(",") if s.strip()]
-    if split:
-        data = split_seen(data, split, seen_queries(cfg.seen_from))
+    if cfg.seen_split:
+        data = split_seen(data, cfg.seen_split, seen_queries(cfg.seen_from))
     if check_prompts:
         check_context(cfg, data, plan.modes)
     return plan, data

@@ -6,6 +6,7 @@ policy's context. Each failure names the key (and file) at fault.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from collections.abc import Callable
@@ -43,25 +44,15 @@ class EvalPlan:
     seeds: list[int]
 
 
-def _pairs(text: str, what: str) -> dict[str, str]:
-    out = {}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        if "=" not in item:
-            raise ValueError(f"{what}: {item!r} is not name=value")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
 def valid_dataset_names() -> list[str]:
     return [f"shapes:{t}" for t in SHAPES_TASKS] + list(DATASETS)
 
 
 def parse_datasets(cfg: EvalConfig) -> list[str]:
-    names = [s.strip() for s in cfg.datasets.split(",") if s.strip()]
+    names = list(cfg.datasets)
     if not names:
         raise ValueError("datasets: empty; valid names: " + ", ".join(valid_dataset_names()))
-    roots = _pairs(cfg.data_roots, "data_roots")
+    roots = cfg.data_roots
     for name in names:
         shapes = name.startswith("shapes:") and name.split(":", 1)[1] in SHAPES_TASKS
         if not shapes and name not in DATASETS:
@@ -88,20 +79,20 @@ def _looks_like_hub_id(name: str) -> bool:
 
 def check_policy(path: str) -> None:
     if not path:
-        raise ValueError("policy: required (the base model: a local folder or a hub id)")
+        raise ValueError("model_name_or_path: required (the base model: a local folder or a hub id)")
     if Path(path).expanduser().exists():
         if not (Path(path).expanduser() / "config.json").is_file():
-            raise ValueError(f"policy: {path} has no config.json (not a model folder)")
+            raise ValueError(f"model_name_or_path: {path} has no config.json (not a model folder)")
     elif not _looks_like_hub_id(path):
-        raise ValueError(f"policy: {path} does not exist")
+        raise ValueError(f"model_name_or_path: {path} does not exist")
 
 
 def parse_policies(cfg: EvalConfig) -> list[Policy]:
-    check_policy(cfg.policy)
+    check_policy(cfg.model_name_or_path)
     policies = [Policy(cfg.base_label, None)] if cfg.include_base else []
-    for item in filter(None, (s.strip() for s in cfg.adapters.split(","))):
+    for item in cfg.adapters:
         label, path = item.split("=", 1) if "=" in item else (Path(item).name or item, item)
-        check_adapter(path, cfg.policy)
+        check_adapter(path, cfg.model_name_or_path)
         policies.append(Policy(label.strip(), path.strip()))
     if not policies:
         raise ValueError("nothing to evaluate: include_base is off and no adapters are given")
@@ -155,9 +146,9 @@ def load_examples(cfg: EvalConfig, name: str) -> list[Example]:
         task = name.split(":", 1)[1]
         examples = load_shapes_tasks(cfg.shapes_root, [task])[task]
     else:
-        split = _pairs(cfg.splits, "splits").get(name)
-        examples = load_dataset(name, _pairs(cfg.data_roots, "data_roots")[name], split)
-        recipe = _pairs(cfg.samples, "samples").get(name)
+        split = cfg.splits.get(name)
+        examples = load_dataset(name, cfg.data_roots[name], split)
+        recipe = cfg.samples.get(name)
         if recipe:
             from vprl.data.loaders import sampling
             from vprl.train.recipe.data import SAMPLES
@@ -187,7 +178,7 @@ def limit_examples(examples: list[Example], limit: int) -> list[Example]:
 
 
 def mode_configs(cfg: EvalConfig) -> list[ModeConfig]:
-    names = [m.strip() for m in cfg.modes.split(",") if m.strip()]
+    names = list(cfg.modes)
     if not names:
         raise ValueError(f"modes: empty; valid modes: {', '.join(MODES)}")
     bad = [m for m in names if m not in MODES]
@@ -196,7 +187,7 @@ def mode_configs(cfg: EvalConfig) -> list[ModeConfig]:
     return [
         ModeConfig(
             name=m,
-            n_programs=cfg.n_programs,
+            n_programs=cfg.num_generations,
             iterations=cfg.iterations,
             feedback=cfg.feedback,
             refuse_below=cfg.refuse_below if m == "unit_test_select" else None,
@@ -206,16 +197,6 @@ def mode_configs(cfg: EvalConfig) -> list[ModeConfig]:
         )
         for m in names
     ]
-
-
-def _json_setting(text: str, key: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{key}: not valid JSON ({e}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{key}: expected a JSON object, got {text!r}")
-    return value
 
 
 def _check_keywords(fn: Callable, given: dict[str, Any], key: str, skip: tuple[str, ...] = ()) -> None:
@@ -229,47 +210,40 @@ def check_tools(cfg: EvalConfig, modes: list[ModeConfig]) -> None:
     from vprl.executor.backends import check_backend
 
     try:  # a path, or a named stack (`viunit`) as train.rl takes it; checked as the session opens it
-        stack, _ = check_backend(cfg.tools)
+        stack, _ = check_backend(cfg.tool_stack)
     except (FileNotFoundError, ValueError) as err:
-        raise ValueError(f"tools: {err}") from None
+        raise ValueError(f"tool_stack: {err}") from None
     if any(m.name == "self_tuning" for m in modes):
-        if not cfg.self_tuning:
+        if cfg.self_tuning is None:
             raise ValueError(
                 'mode self_tuning needs `self_tuning`: JSON tool-stack overrides, e.g. {"min_visible": 0.3}'
             )
-        overrides = _json_setting(cfg.self_tuning, "self_tuning")
         try:
-            check_backend(stack, **overrides)
+            check_backend(stack, **{**cfg.tool_overrides, **cfg.self_tuning})
         except ValueError as exc:
             raise ValueError(f"self_tuning: {exc}") from None
     if any(m.name in TEST_MODES or m.fallback_below is not None for m in modes):
         from vprl.rewards.unit_tests.reward import unit_tests_reward
 
-        if not cfg.unit_tests:
+        if cfg.unit_tests is None:
             raise ValueError(
                 f"modes {', '.join(TEST_MODES)} and fallback_below need `unit_tests` settings ({{}} for the defaults)"
             )
-        _check_keywords(unit_tests_reward, _json_setting(cfg.unit_tests, "unit_tests"), "unit_tests", ("runner",))
+        _check_keywords(unit_tests_reward, cfg.unit_tests, "unit_tests", ("runner",))
 
 
 def validate(cfg: EvalConfig) -> EvalPlan:
     """Every check that needs no model and no executor: fails with a message naming the bad key."""
     datasets = parse_datasets(cfg)
-    check_seen_settings(cfg.seen_from, [s.strip() for s in cfg.seen_split.split(",") if s.strip()], datasets)
+    check_seen_settings(cfg.seen_from, cfg.seen_split, datasets)
     policies = parse_policies(cfg)
     modes = mode_configs(cfg)
     check_tools(cfg, modes)
 
     for task in ("vqa", "itm", "grounding"):
-        PromptConfig(variant=cfg.variant, task=task, layout=cfg.layout, ice_file=cfg.ice_file, max_ices=cfg.max_ices)
-    try:
-        seeds = [int(s) for s in cfg.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"seeds: expected a comma list of integers, got {cfg.seeds!r}") from None
-    if not seeds:
-        raise ValueError("seeds: empty")
-    if cfg.limit < 0 or cfg.threads < 0 or min(cfg.batch_size, cfg.chunk, cfg.max_new_tokens, cfg.slots) < 1:
-        raise ValueError("limit and threads must be >= 0; batch_size, chunk, max_new_tokens and slots >= 1")
+        prompt_config(cfg, task)
+    if cfg.limit < 0 or cfg.threads < 0 or min(cfg.batch_size, cfg.chunk) < 1:
+        raise ValueError("limit and threads must be >= 0; batch_size and chunk >= 1")
     policy_args(cfg)  # dtype, quantization, framing
     # What the session loads on first use: a second tool host for self-tuning, the judge for the tests.
     tuned = any(m.name == "self_tuning" for m in modes)
@@ -277,18 +251,18 @@ def validate(cfg: EvalConfig) -> EvalPlan:
     check_memory(
         cfg,
         choose_generator(cfg),
-        json.loads(cfg.self_tuning) if tuned else None,
-        json.loads(cfg.unit_tests) if judged else None,
+        cfg.self_tuning if tuned else None,
+        cfg.unit_tests if judged else None,
         lambda: [e.query for name in datasets for e in load_examples(cfg, name)],
     )
     from vprl.train.recipe.data import SAMPLES
 
-    for name, recipe in _pairs(cfg.samples, "samples").items():
+    for name, recipe in cfg.samples.items():
         if name not in datasets or recipe not in SAMPLES:
             raise ValueError(
                 f"samples: {name}={recipe}: need a dataset of `datasets` and a recipe of {', '.join(SAMPLES)}"
             )
-    return EvalPlan(datasets, policies, modes, seeds)
+    return EvalPlan(datasets, policies, modes, list(cfg.seeds))
 
 
 GENERATORS = ("auto", "hf", "vllm")
@@ -298,15 +272,9 @@ def policy_args(cfg: EvalConfig) -> Any:
     """The policy's loading settings, checked as training checks them (`vprl.train.policy.loading`)."""
     from vprl.train.policy.loading import check_policy_options
     from vprl.train.recipe.parsing import ConfigError
-    from vprl.train.recipe.sections import PolicyArgs
+    from vprl.train.recipe.sections import ModelArgs, PolicyArgs
 
-    args = PolicyArgs(
-        model_name_or_path=cfg.policy,
-        torch_dtype=cfg.torch_dtype,
-        load_in_4bit=cfg.load_in_4bit,
-        load_in_8bit=cfg.load_in_8bit,
-        framing=cfg.framing,
-    )
+    args = PolicyArgs(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(ModelArgs)})
     try:
         check_policy_options(args)
     except ConfigError as exc:
@@ -326,7 +294,7 @@ def choose_generator(cfg: EvalConfig) -> str:
     share = cfg.vllm_gpu_memory_utilization
     if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
         raise ValueError(f"vllm_gpu_memory_utilization: a share of GPU 0 between 0 and 1 is needed, got {share!r}")
-    if cfg.vllm_kwargs and "gpu_memory_utilization" in _json_setting(cfg.vllm_kwargs, "vllm_kwargs"):
+    if cfg.vllm_kwargs and "gpu_memory_utilization" in cfg.vllm_kwargs:
         raise ValueError(
             "vllm_kwargs: gpu_memory_utilization is set with the key vllm_gpu_memory_utilization, which the "
             "memory plan of the tools counts on"
@@ -350,34 +318,42 @@ def check_context(cfg: EvalConfig, data: dict[str, list[Example]], modes: list[M
 
     from vprl.train.prompts import encode_prompt, frame_prompt
 
-    config = AutoConfig.from_pretrained(cfg.policy)
+    config = AutoConfig.from_pretrained(cfg.model_name_or_path)
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if not positions:
         return
-    tokenizer = AutoTokenizer.from_pretrained(cfg.policy)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model_name_or_path)
     # A re-prompt also shows the previous program (at most max_new_tokens) and its error.
-    extra = cfg.max_new_tokens + 64 if any(m.name in RETRY_MODES for m in modes) else 0
+    extra = cfg.max_completion_length + 64 if any(m.name in RETRY_MODES for m in modes) else 0
     for name, examples in data.items():
         for task in dict.fromkeys(e.task for e in examples):
             longest = max((e for e in examples if e.task == task), key=lambda e: len(e.query))
             prompt = prompt_template(cfg, task).build(longest.query)
-            need = len(encode_prompt(frame_prompt(prompt, tokenizer), tokenizer)) + cfg.max_new_tokens + extra
+            need = len(encode_prompt(frame_prompt(prompt, tokenizer), tokenizer)) + cfg.max_completion_length + extra
             if need > positions:
-                fix = "lower max_new_tokens" if cfg.layout == "bare" else "use layout 'bare' for tiny policies"
+                fix = (
+                    "lower max_completion_length"
+                    if cfg.prompt_layout == "bare"
+                    else "use prompt_layout 'bare' for tiny policies"
+                )
                 raise ValueError(
-                    f"{name}: a {task} prompt with layout {cfg.layout!r} needs {need} positions (prompt, "
-                    f"max_new_tokens {cfg.max_new_tokens}{', a previous attempt' if extra else ''}), but policy "
-                    f"{cfg.policy!r} has {positions}; {fix}"
+                    f"{name}: a {task} prompt with layout {cfg.prompt_layout!r} needs {need} positions (prompt, "
+                    f"max_completion_length {cfg.max_completion_length}{', a previous attempt' if extra else ''}), but policy "
+                    f"{cfg.model_name_or_path!r} has {positions}; {fix}"
                 )
 
 
+def prompt_config(cfg: Any, task: str) -> PromptConfig:
+    """A task's prompt under an `EvalConfig`: its `prompt_*` keys, as the RL recipe reads them."""
+    values = {f.name: getattr(cfg, "prompt_" + f.name) for f in dataclasses.fields(PromptConfig) if f.init}
+    return PromptConfig(**{**values, "task": task})
+
+
 @lru_cache(maxsize=64)
-def _template(variant: str, task: str, layout: str, ice_file: str | None, max_ices: int | None) -> PromptTemplate:
-    return PromptTemplate.from_config(
-        PromptConfig(variant=variant, task=task, layout=layout, ice_file=ice_file, max_ices=max_ices)
-    )
+def _template(config: PromptConfig) -> PromptTemplate:
+    return PromptTemplate.from_config(config)
 
 
 def prompt_template(cfg: Any, task: str) -> PromptTemplate:
     """The prompt template of a task under an `EvalConfig` (rendered once per setting)."""
-    return _template(cfg.variant, task, cfg.layout, cfg.ice_file, cfg.max_ices)
+    return _template(prompt_config(cfg, task))

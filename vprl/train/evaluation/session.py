@@ -14,7 +14,7 @@ from typing import Any
 from vprl.data.records import Example
 from vprl.executor.backends import open_backend
 from vprl.executor.host import ToolHost
-from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.runner import SyncRunner
 from vprl.train.evaluation.fallback import fallback_program
 from vprl.train.evaluation.memory import free_cuda_memory, gpu_totals, shutdown_engine, wait_for_free
 from vprl.train.evaluation.metrics import Prediction
@@ -28,10 +28,10 @@ from vprl.train.sampling.hf import HFGenerator
 class EvalSession:
     def __init__(self, cfg: Any):
         self.cfg = cfg
-        runner_cfg = RunnerConfig(slots=cfg.slots, timeout_s=cfg.timeout_s, sandbox=cfg.sandbox)
+        runner_cfg = cfg.runner_config()
         # The executor starts before any model is loaded (DESIGN: the sandbox parent holds no
         # model, token or CUDA state).
-        self.host = ToolHost(open_backend(cfg.tools))
+        self.host = ToolHost(open_backend(cfg.tool_stack, service=cfg.tool_service, **cfg.tool_overrides))
         self.runner = SyncRunner(self.host, runner_cfg)
         # Every tool model loads now, not inside the first program's call (whose timeout a cold
         # BLIP-2 would spend: every early simple_query an infra_error).
@@ -40,15 +40,15 @@ class EvalSession:
         self.judge = None
         self.generator: Generator | None = None
         try:
-            if cfg.self_tuning:
-                overrides = json.loads(cfg.self_tuning)
-                tuned_host = ToolHost(open_backend(cfg.tools, **overrides))
+            if cfg.self_tuning is not None:
+                overrides = {**cfg.tool_overrides, **cfg.self_tuning}
+                tuned_host = ToolHost(open_backend(cfg.tool_stack, service=cfg.tool_service, **overrides))
                 self.tuned_runner = SyncRunner(tuned_host, runner_cfg)
                 tuned_host.preload()
-            if cfg.unit_tests:
+            if cfg.unit_tests is not None:
                 from vprl.train.evaluation.judge import build_judge
 
-                self.judge = build_judge(json.loads(cfg.unit_tests), self.runner)
+                self.judge = build_judge(cfg.unit_tests, self.runner)
         except BaseException:
             self.close()
             raise
@@ -83,9 +83,9 @@ class EvalSession:
             generator=self.generator,
             prompt=self.prompt,
             runner=self.runner,
-            greedy=policy_sampling(temperature=0.0, max_new_tokens=c.max_new_tokens, seed=seed),
+            greedy=policy_sampling(temperature=0.0, max_new_tokens=c.max_completion_length, seed=seed),
             sampling=policy_sampling(
-                temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens, seed=seed
+                temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_completion_length, seed=seed
             ),
             judge=self.judge,
             tuned_runner=self.tuned_runner,
@@ -143,7 +143,7 @@ def policy_generator(cfg: Any, policy: Any) -> Generator:
         from vprl.train.sampling.vllm_engine import VLLMGenerator
 
         has_tokenizer = policy.adapter and any((Path(policy.adapter) / f).is_file() for f in TOKENIZER_FILES)
-        tokenizer = AutoTokenizer.from_pretrained(policy.adapter if has_tokenizer else cfg.policy)
+        tokenizer = AutoTokenizer.from_pretrained(policy.adapter if has_tokenizer else cfg.model_name_or_path)
         rank = json.loads((Path(policy.adapter) / "adapter_config.json").read_text())["r"] if policy.adapter else 16
         share = cfg.vllm_gpu_memory_utilization
         # vLLM refuses to start unless its share of the GPU is free: the previous engine must be gone.
@@ -153,10 +153,10 @@ def policy_generator(cfg: Any, policy: Any) -> Generator:
         engine_kwargs = {
             "dtype": cfg.torch_dtype,
             "gpu_memory_utilization": share,
-            **(json.loads(cfg.vllm_kwargs) if cfg.vllm_kwargs else {}),
+            **(cfg.vllm_kwargs or {}),
         }
         generator = VLLMGenerator(
-            cfg.policy, tokenizer, style=cfg.framing, max_lora_rank=rank, engine_kwargs=engine_kwargs
+            cfg.model_name_or_path, tokenizer, style=cfg.framing, max_lora_rank=rank, engine_kwargs=engine_kwargs
         )
         generator.set_adapter(policy.adapter)
         return generator

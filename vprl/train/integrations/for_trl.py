@@ -2,7 +2,7 @@
 any rewards of the registry (correctness, visual unit tests, verifiers).
 
     examples = load_examples("shapes", "world", tasks=["train"])    # python -m vprl.data.shapes --out world
-    with program_rewards(["correctness", "unit_tests"], tools="shapes") as rewards:
+    with program_rewards(["correctness", "unit_tests"], tool_stack="shapes") as rewards:
         trainer = GRPOTrainer(model=..., reward_funcs=rewards.funcs, train_dataset=trl_dataset(examples),
                               args=GRPOConfig(..., reward_weights=rewards.weights))
         trainer.train()
@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from vprl.data.records import Example
+from vprl.data.retired_names import retired_message
 from vprl.executor.results import PROGRAM_FAILURES
 from vprl.executor.runner_config import RunnerConfig
+from vprl.executor.settings import ExecutorArgs
 from vprl.rewards.trl_adapter import Scored, TrlRewardAdapter
 from vprl.train.integrations.session import ScoringSession, SessionConfig, reward_config
 from vprl.train.prompts import PromptConfig, completion_to_program
@@ -202,21 +204,34 @@ class ProgramRewards:
 
 def program_rewards(
     rewards: Any = "correctness",
-    tools: str | Path | dict[str, Any] = SHAPES,
+    tool_stack: str | Path | dict[str, Any] = SHAPES,
     penalties: dict[str, float] | None = None,
     tool_service: str | None = None,
     tool_overrides: dict[str, Any] | None = None,
     runner: RunnerConfig | None = None,
     run_dir: str | None = None,
+    executor: ExecutorArgs | None = None,
+    **retired: Any,
 ) -> ProgramRewards:
     """trl reward functions for registry rewards: `rewards` is a name, names, `{name: weight}` or a
-    recipe's `[{name, weight, settings}]`; `tools` a stack's name ("shapes", "viunit", ...), path or
-    settings; `penalties` the status penalties over `vprl.rewards.compose.DEFAULT_PENALTIES`;
+    recipe's `[{name, weight, settings}]`; `tool_stack` a stack's name ("shapes", "viunit", ...), path
+    or settings; `penalties` the status penalties over `vprl.rewards.compose.DEFAULT_PENALTIES`;
     `tool_service` the Ray address of the tools deployed as a service; `runner` the sandbox's
-    settings (slots, timeouts, isolation); `run_dir` where rewards keep files (unit-test cache)."""
+    settings (slots, timeouts, isolation); `run_dir` where rewards keep files (unit-test cache).
+    `executor`, the recipe's executor section (`vprl.ExecutorArgs`), gives the stack, its overrides
+    and service and the sandbox's settings at once, under the names every command uses."""
+    for name in retired:
+        raise TypeError(f"program_rewards: {retired_message(name) or f'unexpected keyword argument {name!r}'}")
+    if executor is not None:
+        given = [name for name, value in (("tool_service", tool_service), ("tool_overrides", tool_overrides),
+                                          ("runner", runner)) if value is not None]  # fmt: skip
+        if given or tool_stack != SHAPES:
+            raise TypeError(f"program_rewards: give `executor` or {', '.join(given) or 'tool_stack'}, not both")
+        tool_stack, tool_service = executor.tool_stack, executor.tool_service
+        tool_overrides, runner = executor.tool_overrides, executor.runner_config()
     config = SessionConfig(
         rewards=reward_config(rewards, penalties),
-        tools=tools if isinstance(tools, dict) else str(tools),
+        tool_stack=tool_stack if isinstance(tool_stack, dict) else str(tool_stack),
         tool_service=tool_service,
         tool_overrides=dict(tool_overrides or {}),
         runner=runner or RunnerConfig(),

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vprl.data.records import Example
+from vprl.data.retired_names import retired_message
 from vprl.data.typed import check_row
 from vprl.executor.backends import open_backend
 from vprl.executor.host import ToolHost
@@ -43,13 +44,13 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SessionConfig:
     """rewards: the registry's rewards with weights and settings, and the failure penalties.
-    tools: a stack's name ("shapes", "viunit"), its YAML's path, or its settings as a mapping.
+    tool_stack: a stack's name ("shapes", "viunit"), its YAML's path, or its settings as a mapping.
     tool_service: the Ray address of a cluster the stack is deployed in (`python -m vprl.executor.serve`);
         None loads the stack's models in this process.
     run_dir: handed to rewards that keep files (the unit tests cache in `<run_dir>/unit_test_cache`)."""
 
     rewards: RewardConfig = field(default_factory=RewardConfig)
-    tools: str | dict[str, Any] = "shapes"
+    tool_stack: str | dict[str, Any] = "shapes"
     tool_service: str | None = None
     tool_overrides: dict[str, Any] = field(default_factory=dict)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
@@ -70,7 +71,7 @@ class SessionConfig:
         runner["require_layers"] = list(self.runner.require_layers)
         return {
             "rewards": self.rewards.to_json(),
-            "tools": self.tools,
+            "tool_stack": self.tool_stack,
             "tool_service": self.tool_service,
             "tool_overrides": dict(self.tool_overrides),
             "runner": runner,
@@ -81,6 +82,10 @@ class SessionConfig:
     def from_json(cls, row: dict[str, Any], where: str = "session") -> SessionConfig:
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected a mapping, got {type(row).__name__}")
+        for key in row:
+            message = retired_message(key, {f.name for f in dataclasses.fields(cls)})
+            if message:
+                raise ValueError(f"{where}: {message}")
         check_row(cls, row, where)
         values = dict(row)
         if "rewards" in values:
@@ -187,7 +192,7 @@ class ScoringSession:
 
     def _open(self) -> ProgramScorer:
         cfg = self.config
-        backend = open_backend(cfg.tools, service=cfg.tool_service, **cfg.tool_overrides)
+        backend = open_backend(cfg.tool_stack, service=cfg.tool_service, **cfg.tool_overrides)
         host = ToolHost(backend, rpc_timeout_s=cfg.runner.rpc_timeout_s)
         try:
             runner = SyncRunner(host, cfg.runner)

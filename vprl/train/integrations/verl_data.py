@@ -86,7 +86,7 @@ def session_config(checked: Any, run_dir: Path) -> SessionConfig:
     }
     return SessionConfig(
         rewards=checked.rewards,
-        tools=stack,
+        tool_stack=stack,
         tool_service=checked.tool_service,
         tool_overrides=overrides,
         runner=checked.runner,

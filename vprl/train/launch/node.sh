@@ -76,7 +76,7 @@ if [[ $SERVE_TOOLS == 1 ]]; then
     done
     # `auto` means this cluster, not whichever Ray was started last on the machine
     run_env=(RAY_ADDRESS="127.0.0.1:$RAY_PORT")
-    env "${run_env[@]}" "$PYTHON" -m vprl.executor.serve --tools "$tool_stack" --address auto  # returns once every deployment is ready
+    env "${run_env[@]}" "$PYTHON" -m vprl.executor.serve --tool_stack "$tool_stack" --address auto  # returns once every deployment is ready
 fi
 
 if [[ -n $VLLM_GPUS ]]; then

@@ -21,6 +21,7 @@ import yaml
 
 from vprl.data.cli import fail
 from vprl.data.ranges import key_problem
+from vprl.data.retired_names import retired_message
 
 
 class ConfigError(ValueError):
@@ -32,6 +33,11 @@ def valid_keys(dataclass_types) -> list[str]:
 
 
 def unknown_key_error(unknown: list[str], valid: list[str], where: str) -> ConfigError:
+    """The nearest valid keys and the full list; a retired name alone names its replacement."""
+    for key in unknown:
+        message = retired_message(key, set(valid))
+        if message:
+            return ConfigError(f"{where}: {message}")
     lines = [f"{where}: unknown key(s) {unknown}"]
     for key in unknown:
         near = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
@@ -98,13 +104,16 @@ def parse_config(
     from trl import TrlParser
 
     line = argv if isinstance(argv, CommandLine) else CommandLine.read(argv)
-    line = _with_aliases(line, dataclass_types)
     data = dict(line.data)
     env = data.pop("env", None) or {}
     if not isinstance(env, dict):
         raise ConfigError(f"{line.path}: `env` must be a mapping of variable names to values")
     valid = valid_keys(dataclass_types)
     unknown = sorted(k for k in data if k not in valid)
+    for key in unknown:
+        message = retired_message(key, set(valid))
+        if message and line.path is not None:
+            raise ConfigError(f"{yaml_place(line.path, key)}: {message}")
     if unknown:
         raise unknown_key_error(unknown, valid, str(line.path))
     for key, value in env.items():
@@ -152,28 +161,6 @@ def _place(key: str, line: CommandLine) -> str:
     if typed or line.path is None:
         return "command line"
     return yaml_place(line.path, key)
-
-
-def _with_aliases(line: CommandLine, dataclass_types) -> CommandLine:
-    """A class's `KEY_ALIASES` (another command's name for the same setting -> its own) read as its
-    own keys, in the file and on the command line: `prompt_layout` means `layout` to the evaluation,
-    as it does to vprl.train.rl. Both names at once is an error."""
-    aliases: dict[str, str] = {}
-    for cls in dataclass_types:
-        aliases.update(getattr(cls, "KEY_ALIASES", {}))
-    if not aliases:
-        return line
-    data = dict(line.data)
-    for alias, key in aliases.items():
-        if alias in data:
-            if key in data:
-                raise ConfigError(f"{yaml_place(line.path, alias)}: {alias} and {key} name one setting; keep one")
-            data[key] = data.pop(alias)
-    overrides = []
-    for tok in line.overrides:
-        name, eq, value = tok[2:].partition("=") if tok.startswith("--") else ("", "", "")
-        overrides.append(f"--{aliases[name]}{eq}{value}" if name in aliases else tok)
-    return CommandLine(line.path, data, overrides)
 
 
 def _group_name(cls: type) -> str:

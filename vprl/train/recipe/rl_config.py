@@ -28,6 +28,7 @@ from vprl.train.recipe.sections import (
     RestArgs,
     RewardArgs,
     RunArgs,
+    SamplingArgs,
     accumulation_for,
 )
 from vprl.train.recipe.trainer_args import TRAINER_ARGS
@@ -46,7 +47,10 @@ SECTIONS = {
     "rewards": RewardArgs,
     "run": RunArgs,
     "rest": RestArgs,
+    "sampling": SamplingArgs,
 }
+# Sections only ReST recipes take: GRPO and RLOO give the sampling keys to trl's own arguments.
+REST_ONLY = ("rest", "sampling")
 
 
 @dataclass
@@ -58,6 +62,7 @@ class RLConfig:
     rewards: RewardArgs
     run: RunArgs
     rest: RestArgs
+    sampling: SamplingArgs
     training: Any  # GRPOArgs | RLOOArgs | SFTArgs
 
     @property
@@ -67,7 +72,7 @@ class RLConfig:
     def to_flat(self) -> dict[str, Any]:
         """The resolved recipe: one flat mapping that `--config` reads back."""
         out: dict[str, Any] = {}
-        for name in SECTIONS:
+        for name in sections_of(self.algorithm):
             out.update(dataclasses.asdict(getattr(self, name)))
         training = self.training.to_dict()
         init = {f.name for f in dataclasses.fields(self.training) if f.init}
@@ -86,6 +91,10 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def sections_of(algorithm: str) -> list[str]:
+    return [name for name in SECTIONS if algorithm == "rest" or name not in REST_ONLY]
+
+
 def parse_rl_config(
     argv: list[str] | None = None, prog: str | None = None, description: str | None = None
 ) -> RLConfig:
@@ -95,12 +104,17 @@ def parse_rl_config(
     algorithm = line.value("algorithm") or "grpo"
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm: {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-    types = [*SECTIONS.values(), TRAINER_ARGS[algorithm]]
+    names = sections_of(algorithm)
+    types = [*(SECTIONS[name] for name in names), TRAINER_ARGS[algorithm]]
     parsed = parse_config(types, line, prog=prog, description=description)
-    sections = dict(zip([*SECTIONS, "training"], parsed[: len(types)], strict=True))
+    sections = dict(zip([*names, "training"], parsed[: len(types)], strict=True))
+    if algorithm != "rest":
+        sections.update(rest=RestArgs(), sampling=SamplingArgs.of_trainer(sections["training"]))
     cfg = RLConfig(**sections)
     if cfg.run.global_batch_size is not None:
         cfg.training = _with_global_batch(cfg, types, line, prog, description)
+        if algorithm != "rest":
+            cfg.sampling = SamplingArgs.of_trainer(cfg.training)
     cfg.rewards.rewards = structured(cfg.rewards.rewards, "rewards", list) or ["correctness"]
     cfg.rewards.reward_penalties = structured(cfg.rewards.reward_penalties, "reward_penalties", dict)
     cfg.data.dataset_options = structured(cfg.data.dataset_options, "dataset_options", dict) or {}
@@ -108,7 +122,6 @@ def parse_rl_config(
     if mixture is not None:
         cfg.data.dataset_mixture = parse_mixture(mixture, _place(line, MIXTURE_KEY))
         check_single_keys(cfg.data, line)
-    cfg.executor.tool_overrides = structured(cfg.executor.tool_overrides, "tool_overrides", dict) or {}
     cfg.rest.rest_vllm_kwargs = structured(cfg.rest.rest_vllm_kwargs, "rest_vllm_kwargs", dict) or {}
     if cfg.training.output_dir is None:
         raise ConfigError("output_dir: required (the run folder: checkpoints, adapter, rollouts, manifest)")

@@ -7,23 +7,38 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
+from vprl.executor.settings import ExecutorArgs  # noqa: F401  (the recipe's executor section, shared)
 from vprl.train.prompts import PromptConfig
 from vprl.train.recipe.parsing import ConfigError
-from vprl.train.sampling.generator import PAPER_SAMPLING
+from vprl.train.sampling.generator import PAPER_SAMPLING, SamplingSettings, policy_sampling
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
 @dataclass
-class PolicyArgs:
-    """The policy: a causal code LM (local folder or hub id) with a LoRA adapter."""
+class ModelArgs:
+    """The policy model and how it is loaded: what every command that samples from a policy takes."""
 
     model_name_or_path: str | None = field(default=None, metadata={"help": "policy model folder or hub id"})
-    policy_name: str | None = field(default=None, metadata={"help": "name in manifests and rollouts"})
-    adapter_path: str | None = field(default=None, metadata={"help": "start from this LoRA adapter"})
     framing: str = field(default="auto", metadata={"help": "prompt framing: auto | plain | chat"})
     torch_dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16 | float16"})
+    load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA: 4-bit base through bitsandbytes"})
+    load_in_8bit: bool = field(default=False, metadata={"help": "8-bit base through bitsandbytes"})
+    bnb_4bit_quant_type: str = field(default="nf4", metadata={"help": "4-bit data type: nf4 | fp4"})
+    bnb_4bit_compute_dtype: str = field(
+        default="bfloat16", metadata={"help": "dtype of the 4-bit matmuls: bfloat16 | float16 | float32"}
+    )
+    bnb_4bit_use_double_quant: bool = field(default=True, metadata={"help": "quantize the quantization constants too"})
+
+
+@dataclass
+class PolicyArgs(ModelArgs):
+    """The policy: a causal code LM (local folder or hub id) with a LoRA adapter."""
+
+    policy_name: str | None = field(default=None, metadata={"help": "name in manifests and rollouts"})
+    adapter_path: str | None = field(default=None, metadata={"help": "start from this LoRA adapter"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scale numerator (the update is scaled by alpha / r)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
@@ -33,13 +48,42 @@ class PolicyArgs:
             "help": "module names that get an adapter, e.g. q_proj k_proj v_proj o_proj; all-linear: every linear"
         },
     )
-    load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA: 4-bit base through bitsandbytes"})
-    load_in_8bit: bool = field(default=False, metadata={"help": "8-bit base through bitsandbytes"})
-    bnb_4bit_quant_type: str = field(default="nf4", metadata={"help": "4-bit data type: nf4 | fp4"})
-    bnb_4bit_compute_dtype: str = field(
-        default="bfloat16", metadata={"help": "dtype of the 4-bit matmuls: bfloat16 | float16 | float32"}
+
+
+@dataclass
+class SamplingArgs:
+    """How programs are sampled, under trl's `GRPOConfig` names: the evaluation, the bootstrap's
+    evaluation and ReST take these keys; GRPO and RLOO recipes give the same keys to trl itself."""
+
+    num_generations: int = field(default=8, metadata={"help": "programs sampled per question"})
+    temperature: float = field(default=PAPER_SAMPLING.temperature, metadata={"help": "sampling temperature"})
+    top_p: float = field(default=PAPER_SAMPLING.top_p, metadata={"help": "nucleus sampling mass"})
+    max_completion_length: int = field(
+        default=PAPER_SAMPLING.max_new_tokens, metadata={"help": "program length limit in tokens"}
     )
-    bnb_4bit_use_double_quant: bool = field(default=True, metadata={"help": "quantize the quantization constants too"})
+
+    def __post_init__(self) -> None:
+        _positive_int("num_generations", self.num_generations)
+        _positive_int("max_completion_length", self.max_completion_length)
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigError(f"temperature: must be a positive number, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p!r}")
+
+    def settings(self, **more: Any) -> SamplingSettings:
+        """The samplers' settings: the papers' stops, these values, `more` (a seed, ...)."""
+        return policy_sampling(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_completion_length,
+            n=self.num_generations,
+            **more,
+        )
+
+    @classmethod
+    def of_trainer(cls, training: Any) -> SamplingArgs:
+        """The same four keys as trl's GRPO and RLOO arguments hold them."""
+        return cls(**{f.name: getattr(training, f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclass
@@ -97,38 +141,6 @@ PromptArgs = _prefixed(
     "`vprl.train.prompts.PromptConfig`'s fields, prefixed; `prompt_task` None takes the examples' task.",
     {"task": None},
 )
-
-
-@dataclass
-class ExecutorArgs:
-    tool_stack: str = field(
-        default="shapes",
-        metadata={
-            "help": "a named stack (vprl/executor/tools/stacks/: shapes, oracle, viunit, ...) or any stack YAML's path"
-        },
-    )
-    tool_overrides: str | None = field(default=None, metadata={"help": "backend settings replacing the stack's"})
-    executor_slots: int | None = field(default=None, metadata={"help": "sandboxes in parallel (None: cores)"})
-    executor_timeout_s: float = field(
-        default=5.0,
-        metadata={
-            "help": "seconds of a program's own time (tool waits excluded); the runner also stops it 115 s after its "
-            "first tool call (wall_timeout_s)"
-        },
-    )
-    executor_sandbox: str = field(
-        default="auto",
-        metadata={
-            "help": "auto (full where namespaces work, else restricted) | full | restricted | none (debugging only)"
-        },
-    )
-    executor_max_rpcs: int = field(
-        default=200, metadata={"help": "tool calls a program may make before it is stopped"}
-    )
-    tool_service: str | None = field(
-        default=None,
-        metadata={"help": "Ray address of the stack deployed by `python -m vprl.executor.serve` (auto: this node)"},
-    )
 
 
 @dataclass
@@ -204,8 +216,9 @@ REST_GENERATORS = ("hf", "vllm")
 @dataclass
 class RestArgs:
     """The ReST loop (ViUniT/ViReP; docs/references.md). Its SFT step takes the recipe's trainer
-    arguments (`SFTArgs`) as they are; sampling is `rest_temperature`, `rest_top_p`,
-    `rest_max_new_tokens`, seeded with the trainer's `seed` plus the iteration.
+    arguments (`SFTArgs`) as they are; sampling is the `SamplingArgs` section (`num_generations`
+    programs per question, `temperature`, `top_p`, `max_completion_length`), seeded with the trainer's
+    `seed` plus the iteration. Both sections are keys of ReST recipes only.
 
     rest_keep_rule: "above" keeps total > rest_keep_threshold; "at_least" keeps total >= it.
     rest_max_kept_per_query: at most this many distinct programs per question (None: no cap).
@@ -213,7 +226,6 @@ class RestArgs:
     """
 
     rest_iterations: int = field(default=3, metadata={"help": "sample, filter, fine-tune rounds"})
-    rest_samples_per_query: int = field(default=8, metadata={"help": "programs sampled per question per round"})
     rest_keep_threshold: float = field(default=0.0, metadata={"help": "keep programs whose total passes this"})
     rest_keep_rule: str = field(default="above", metadata={"help": "above (>) | at_least (>=)"})
     rest_dedupe: bool = field(default=True, metadata={"help": "keep each distinct program of a question once"})
@@ -224,16 +236,13 @@ class RestArgs:
         default=False, metadata={"help": "fine-tune each round from the initial adapter, not the previous round's"}
     )
     rest_generator: str = field(default="hf", metadata={"help": "hf (transformers) | vllm (offline engine)"})
-    rest_generation_batch_size: int = field(default=16, metadata={"help": "prompts x samples per HF batch"})
-    rest_vllm_kwargs: str | None = field(default=None, metadata={"help": "vllm.LLM arguments (mapping)"})
-    rest_temperature: float = field(default=PAPER_SAMPLING.temperature, metadata={"help": "sampling temperature"})
-    rest_top_p: float = field(default=PAPER_SAMPLING.top_p, metadata={"help": "nucleus sampling mass"})
-    rest_max_new_tokens: int = field(
-        default=PAPER_SAMPLING.max_new_tokens, metadata={"help": "program length limit in tokens"}
+    generation_batch_size: int = field(
+        default=16, metadata={"help": "prompts x samples per transformers batch (trl's name for the same)"}
     )
+    rest_vllm_kwargs: str | None = field(default=None, metadata={"help": "vllm.LLM arguments (mapping)"})
 
     def __post_init__(self) -> None:
-        for name in ("rest_iterations", "rest_samples_per_query", "rest_generation_batch_size", "rest_max_new_tokens"):
+        for name in ("rest_iterations", "generation_batch_size"):
             _positive_int(name, getattr(self, name))
         if self.rest_max_kept_per_query is not None:
             _positive_int("rest_max_kept_per_query", self.rest_max_kept_per_query)

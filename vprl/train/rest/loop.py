@@ -31,7 +31,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from vprl.data.records import Example
-from vprl.train.recipe.sections import RestArgs
+from vprl.train.recipe.sections import RestArgs, SamplingArgs
 from vprl.train.rest.iterations import (
     ADAPTER_WEIGHTS,
     ITERATIONS_DIR,
@@ -46,7 +46,7 @@ from vprl.train.rest.select import merge_shards, sample_shard, select_iteration,
 from vprl.train.rest.sft import load_adapter, save_adapter, sft_state, train_sft
 from vprl.train.rollouts.log import RolloutLog
 from vprl.train.rollouts.scorer import ProgramScorer
-from vprl.train.sampling.generator import Generator, policy_sampling, sampling_fields
+from vprl.train.sampling.generator import Generator
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def run_rest(
     generator: Generator,
     rest: RestArgs,
     sft: Any,
+    sampling: SamplingArgs | None = None,
     style: str,
     run_dir: Path,
     log: RolloutLog,
@@ -93,7 +94,8 @@ def run_rest(
     """Run iterations `start_iteration .. rest_iterations - 1`, skipping those already done; returns
     the adapter folder of every iteration. `model` is the peft-wrapped policy, trained in place;
     `items` pairs each example with its (unframed) prompt, as the generator takes it; `sft` is the
-    recipe's `SFTConfig` (`vprl.train.recipe.trainer_args.SFTArgs`), `style` the policy's prompt framing.
+    recipe's `SFTConfig` (`vprl.train.recipe.trainer_args.SFTArgs`), `sampling` the recipe's sampling keys
+    (default: the papers'), `style` the policy's prompt framing.
     Under several processes every one calls this with the same items and its own generator and
     scorer; `gather_timeout_s` bounds the wait for the slowest shard (default: `sft.ddp_timeout`)."""
     if not items:
@@ -133,7 +135,7 @@ def run_rest(
     if rest.rest_restart_from_base and not (initial / ADAPTER_WEIGHTS).is_file():
         raise FileNotFoundError(f"restart_from_base needs the initial adapter at {initial}")
 
-    sampling = policy_sampling(**sampling_fields(rest, "rest_"), n=rest.rest_samples_per_query, seed=sft.seed)
+    sampling = (sampling or SamplingArgs()).settings(seed=sft.seed)
     bar = tqdm(
         range(first, rest.rest_iterations),
         desc="rest iterations",

@@ -42,7 +42,7 @@ def build_generator(cfg: RLConfig, model: Any, tokenizer: Any, processes: int = 
             max_lora_rank=cfg.policy.lora_r,
             engine_kwargs=engine_kwargs,
         )
-    return HFGenerator(model, tokenizer, batch_size=cfg.rest.rest_generation_batch_size, style=cfg.policy.framing)
+    return HFGenerator(model, tokenizer, batch_size=cfg.rest.generation_batch_size, style=cfg.policy.framing)
 
 
 def train_rest(
@@ -66,6 +66,7 @@ def train_rest(
         scorer=ProgramScorer(runner, composer),
         generator=build_generator(cfg, model, tokenizer, state.num_processes),
         rest=cfg.rest,
+        sampling=cfg.sampling,
         sft=cfg.training,
         style=cfg.policy.framing,
         run_dir=run_dir,
@@ -73,7 +74,7 @@ def train_rest(
         prompt_hash=next(iter(hashes.values())),
         policy_name=policy_name(cfg.policy),
         gather_timeout_s=gather_timeout_s(
-            cfg.training.ddp_timeout, len(prompted), state.num_processes, cfg.rest.rest_samples_per_query, runner
+            cfg.training.ddp_timeout, len(prompted), state.num_processes, cfg.sampling.num_generations, runner
         ),
     )
     out = run_dir / ADAPTER_DIR

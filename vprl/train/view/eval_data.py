@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vprl.data.records import Example, read_jsonl
+from vprl.data.retired_names import RETIRED
 from vprl.data.typed import mismatch
 from vprl.train.view.cards import make_card, right
 from vprl.train.view.images import Pictures
@@ -52,7 +53,9 @@ def saved_config(folder: Path, shapes_root: str | None):
         raise ValueError(f"{path}: config: missing (an evaluation report written by vprl.train.evaluation has it)")
     known = {f.name for f in fields(EvalConfig)}
     try:
-        cfg = EvalConfig(**{k: v for k, v in saved.items() if k in known})
+        # A report written before the vocabulary's renaming names some settings the old way.
+        renamed = {RETIRED.get(k, k) if k not in known else k: v for k, v in saved.items()}
+        cfg = EvalConfig(**{k: v for k, v in renamed.items() if k in known})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: config: {exc}") from None
     if shapes_root:
@@ -63,14 +66,7 @@ def saved_config(folder: Path, shapes_root: str | None):
 
 def eval_roots(folder: Path, cfg) -> list[str]:
     """The folders the evaluation's questions came from: images are read only under these (and the folder)."""
-    from vprl.train.evaluation.plan import _pairs
-
-    try:
-        if not isinstance(cfg.data_roots, str):
-            raise ValueError(f"data_roots: expected name=folder pairs, got {type(cfg.data_roots).__name__}")
-        roots = list(_pairs(cfg.data_roots, "data_roots").values())
-    except ValueError as exc:
-        raise ValueError(f"{folder / EVALUATION_FILE}: config: {exc}") from None
+    roots = list(cfg.data_roots.values())  # checked as the config was read (EvalConfig)
     return [str(r) for r in [cfg.shapes_root, *roots] if isinstance(r, str) and r]
 
 

@@ -45,8 +45,7 @@ class SamplingSettings:
         return cls(**{**row, "stop": tuple(row.get("stop", ()))})
 
 
-def sampling_fields(config: Any, prefix: str = "") -> dict[str, Any]:
-    """The sampling settings a flat config holds as `<prefix><field>` (`rest_temperature`,
-    `eval_top_p`, ...), by `SamplingSettings`' field names: the config names them once."""
+def sampling_fields(config: Any) -> dict[str, Any]:
+    """The sampling settings a config holds under `SamplingSettings`' field names."""
     names = [f.name for f in fields(SamplingSettings)]
-    return {name: getattr(config, prefix + name) for name in names if hasattr(config, prefix + name)}
+    return {name: getattr(config, name) for name in names if hasattr(config, name)}
