@@ -121,6 +121,21 @@ def test_imports_point_one_way():
     assert wrong == []
 
 
+def test_the_stages_that_consume_a_run_never_import_the_trainers():
+    """#36 item 5 (docs/architecture.md): evaluation, view, export, ACE and the bootstrap live under
+    `vprl.train` for its policy side (policy, prompts, sampling, rollouts, runs), never for its trainers."""
+    consumers = ("evaluation", "view", "export", "ace", "bootstrap")
+    trainers = ("vprl.train.online", "vprl.train.rest", "vprl.train.rl")
+    wrong = [
+        f"{module} -> {t}"
+        for module, targets in import_graph().items()
+        if module.split(".")[:3] in (["vprl", "train", c] for c in consumers)
+        for t in sorted(targets)
+        if t.startswith(trainers)
+    ]
+    assert wrong == []
+
+
 def test_item6_the_import_graph_covers_bench():
     graph = import_graph()
     assert {"bench.transfer", "bench.transfer_cells", "bench.gpu.acceptance"} <= set(graph)
