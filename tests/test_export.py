@@ -105,7 +105,7 @@ def test_export_round_trip_merge_and_local_push(tmp_path, base_path):
     assert (expected - plain).abs().max() > 1e-2  # the adapter does change the model
 
     hub = tmp_path / "hub" / "user-model"
-    assert main(["--run", str(run), "--out", str(tmp_path / "out"), "--merge", "--push-to-hub", str(hub)]) == 0
+    assert main(["--run", str(run), "--out", str(tmp_path / "out"), "--merge", "--push_to_hub", str(hub)]) == 0
     out = tmp_path / "out"
 
     from peft import PeftModel
@@ -226,7 +226,7 @@ def test_zero_std_and_spread_metrics_have_no_best():
 def test_export_of_a_run_on_a_local_base_loads_from_anywhere(tmp_path, base_path, monkeypatch):
     """#29 item 3: a run started with a relative policy path (`runs/tiny_policy`) exported an adapter
     whose base_model_name_or_path only resolved from that folder; and `--push_to_hub` was refused
-    while `--push-to-hub` worked."""
+    while `--push_to_hub` worked."""
     import shutil
 
     from peft import AutoPeftModelForCausalLM
@@ -288,11 +288,11 @@ def test_item6_a_failed_push_is_one_line_and_export_json_says_not_pushed(
     run, out = tmp_path / "run", tmp_path / "out"
     _make_run(run, base_path)
     with pytest.raises(SystemExit) as exit_:
-        main(["--run", str(run), "--out", str(out), "--push-to-hub", "someone/vprl-tiny"])
+        main(["--run", str(run), "--out", str(out), "--push_to_hub", "someone/vprl-tiny"])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]  # the policy's loading bars come first
     assert exit_.value.code == 2 and "Traceback" not in err, err
-    assert lines[-1].startswith("error: --push-to-hub someone/vprl-tiny: the push failed ("), lines[-1]
+    assert lines[-1].startswith("error: --push_to_hub someone/vprl-tiny: the push failed ("), lines[-1]
     record = json.loads((out / "export.json").read_text())
     assert record["pushed"] is None and "unreachable" in record["push_error"].lower()
 

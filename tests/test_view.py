@@ -168,7 +168,7 @@ def test_the_command_writes_the_page_and_says_what_it_shows(tmp_path, monkeypatc
     run = _folder(tmp_path)
     assert (
         run_main(
-            "vprl.train.view", [str(run), "--no-examples", "--limit", "3", "--out", str(tmp_path / "v")], monkeypatch
+            "vprl.train.view", [str(run), "--no_examples", "--limit", "3", "--out", str(tmp_path / "v")], monkeypatch
         )
         == 0
     )
@@ -193,11 +193,11 @@ def test_bad_input_is_one_line_with_exit_status_2(tmp_path, monkeypatch, capsys)
     run = _folder(tmp_path)
     fails([str(run), "--steps", "3:1"], r"--steps: the first step 3 is after the last 1")
     fails([str(run), "--limit", "0"], r"--limit: .*must be >= 1")
-    fails([str(run)], r"run/config.yaml: dataset_root: not set")  # the examples are needed, unless --no-examples
+    fails([str(run)], r"run/config.yaml: dataset_root: not set")  # the examples are needed, unless --no_examples
     lines = (run / "rollouts.jsonl").read_text().splitlines()
     lines[3] = lines[3].replace('"step": 1', '"step": "one"')
     (run / "rollouts.jsonl").write_text("\n".join(lines) + "\n")
-    fails([str(run), "--no-examples"], r"rollouts.jsonl:4: step \(int\), example_id and status \(str\) are required")
+    fails([str(run), "--no_examples"], r"rollouts.jsonl:4: step \(int\), example_id and status \(str\) are required")
     (tmp_path / "ev").mkdir()
     (tmp_path / "ev" / "predictions.jsonl").write_text('{"policy": "a"}\n')
     fails([str(tmp_path / "ev")], r"predictions.jsonl:1: missing field\(s\) \['mode'")
@@ -206,7 +206,7 @@ def test_bad_input_is_one_line_with_exit_status_2(tmp_path, monkeypatch, capsys)
 def test_every_option_has_help(monkeypatch, capsys):
     assert run_main("vprl.train.view", ["--help"], monkeypatch) == 0
     options = option_texts(capsys.readouterr().out)
-    assert {"--out", "--limit", "--steps", "--no-examples", "--before", "--after"} <= set(options)
+    assert {"--out", "--limit", "--steps", "--no_examples", "--before", "--after"} <= set(options)
     assert all(options.values()), options
 
 
@@ -241,13 +241,13 @@ def test_item3_links_planted_in_the_page_folder_are_replaced_never_written_throu
 def test_item3_a_page_folder_that_is_a_link_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
     run, victim, _ = _planted_run(tmp_path)
     os.symlink(victim.parent, run / "view")
-    assert run_main("vprl.train.view", [str(run), "--no-examples"], monkeypatch) == 2
+    assert run_main("vprl.train.view", [str(run), "--no_examples"], monkeypatch) == 2
     err = capsys.readouterr().err
     assert re.match(r"error: .*run/view: a symlink; the viewer writes only into a folder of its own", err), err
     os.unlink(run / "view")
     (run / "view").mkdir()
     os.symlink(victim.parent, run / "view" / "images")
-    assert run_main("vprl.train.view", [str(run), "--no-examples"], monkeypatch) == 2
+    assert run_main("vprl.train.view", [str(run), "--no_examples"], monkeypatch) == 2
     assert re.match(r"error: .*run/view/images: a symlink", capsys.readouterr().err)
     assert [p.name for p in victim.parent.iterdir()] == ["victim.txt"] and victim.read_text() == "precious"
 
@@ -266,7 +266,7 @@ def test_item6_a_mistyped_evaluation_row_is_one_line_naming_file_line_and_key(
     (tmp_path / "ev").mkdir()
     row = {"policy": "a", "mode": "single", "dataset": "shapes:val", "seed": 0, "example_id": "e", "status": "ok"}
     (tmp_path / "ev" / "predictions.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row | change) + "\n")
-    assert run_main("vprl.train.view", [str(tmp_path / "ev"), "--no-examples"], monkeypatch) == 2
+    assert run_main("vprl.train.view", [str(tmp_path / "ev"), "--no_examples"], monkeypatch) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err and re.search(place, err.splitlines()[0]), err
     assert not (tmp_path / "ev" / "view" / "data.js").exists()

@@ -62,8 +62,8 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def _both_spellings(names: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`--push-to-hub` also as `--push_to_hub` and the reverse, as the config-file commands take
-    their keys (trl's parser accepts both): a user should not have to remember which command is which."""
+    """`--push_to_hub` also as `--push-to-hub` and the reverse, as the config-file commands take
+    their keys (trl's parser accepts both): the declared, documented spelling is snake_case everywhere."""
     out = list(names)
     for name in names:
         if isinstance(name, str) and name.startswith("--"):

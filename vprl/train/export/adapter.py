@@ -1,7 +1,7 @@
 """Export a run's LoRA adapter: a clean peft folder with a model card, optionally merged, optionally pushed.
 
 `python -m vprl.train.export --run RUN --out OUT [--adapter iterations/iter-2/adapter] [--merge]
-[--push-to-hub REPO_OR_PATH]` writes
+[--push_to_hub REPO_OR_PATH]` writes
 
     OUT/adapter_config.json, adapter_model.safetensors   the adapter (loads on the unquantized base)
     OUT/tokenizer files, README.md (model card), export.json (provenance)
@@ -61,7 +61,7 @@ def policy_base_model(manifest: dict[str, Any], adapter_config: dict[str, Any]) 
             return _located(policy[key])
     if adapter_config.get("base_model_name_or_path"):
         return _located(adapter_config["base_model_name_or_path"])
-    raise ExportError("neither manifest.json's policy nor adapter_config.json names the base model; pass --base-model")
+    raise ExportError("neither manifest.json's policy nor adapter_config.json names the base model; pass --base_model")
 
 
 def read_evaluation(path: str | Path) -> dict[str, Any]:
@@ -235,7 +235,7 @@ class ExportResult:
     merged: str | None
     pushed: str | None
     weights_sha256: str
-    push_error: str | None = None  # why --push-to-hub failed; `pushed` is then None
+    push_error: str | None = None  # why --push_to_hub failed; `pushed` is then None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -316,7 +316,7 @@ def export_run(
             why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": ")
             _write_export_json(out, replace(result, pushed=None, push_error=why))
             raise ExportError(
-                f"--push-to-hub {push_to}: the push failed ({why}); the export is in {out}, "
+                f"--push_to_hub {push_to}: the push failed ({why}); the export is in {out}, "
                 "its export.json says it was not pushed"
             ) from None
         result = replace(result, pushed=where)
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True, help="run folder written by vprl/train/rl.py")
     parser.add_argument("--out", required=True, help="folder to write the exported adapter to")
     parser.add_argument("--adapter", help="adapter folder inside the run (default: adapter)")
-    parser.add_argument("--base-model", help="override the base model named in the manifest")
+    parser.add_argument("--base_model", help="override the base model named in the manifest")
     parser.add_argument("--merge", action="store_true", help="also save base + adapter merged, as safetensors")
     parser.add_argument(
         "--dtype",
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=["auto", "float32", "bfloat16", "float16"],
         help="dtype of the merged model (default: auto, the base model's)",
     )
-    parser.add_argument("--push-to-hub", metavar="REPO_OR_PATH", help="Hub repo id (user/name) or a local folder")
+    parser.add_argument("--push_to_hub", metavar="REPO_OR_PATH", help="Hub repo id (user/name) or a local folder")
     parser.add_argument("--public", action="store_true", help="create the Hub repo public (default private)")
     parser.add_argument(
         "--evaluation",

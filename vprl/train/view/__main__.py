@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         "--thumb", type=int, default=384, value_range=AT_LEAST_ONE, help="longest side of the pictures in pixels"
     )
     parser.add_argument(
-        "--dataset-root", help="where the run's dataset (or the evaluation's shapes world) is now, if it moved"
+        "--dataset_root", help="where the run's dataset (or the evaluation's shapes world) is now, if it moved"
     )
     parser.add_argument(
-        "--no-examples", action="store_true", help="do not load the examples: no pictures, no gold (faster)"
+        "--no_examples", action="store_true", help="do not load the examples: no pictures, no gold (faster)"
     )
     parser.add_argument("--before", help="an evaluation's policy shown on the left (default: its first)")
     parser.add_argument("--after", help="an evaluation's policy shown on the right (default: its second)")

@@ -44,7 +44,7 @@ def saved_config(folder: Path, shapes_root: str | None):
 
     path = folder / EVALUATION_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no {EVALUATION_FILE} beside {PREDICTIONS_FILE} (pass --no-examples)")
+        raise FileNotFoundError(f"{folder}: no {EVALUATION_FILE} beside {PREDICTIONS_FILE} (pass --no_examples)")
     try:
         saved = json.loads(path.read_text(encoding="utf-8")).get("config")
     except (json.JSONDecodeError, AttributeError) as exc:
@@ -85,8 +85,8 @@ def eval_examples(folder: Path, cfg, names: set[str]) -> dict[str, dict[str, Exa
                 loaded[base] = {ex.id: ex for ex in load_examples(cfg, base)}
             except (ValueError, FileNotFoundError, KeyError) as exc:
                 raise ValueError(
-                    f"{path}: config: the examples of {base!r} cannot be loaded ({exc}); pass --dataset-root DIR "
-                    "(the shapes world) or --no-examples"
+                    f"{path}: config: the examples of {base!r} cannot be loaded ({exc}); pass --dataset_root DIR "
+                    "(the shapes world) or --no_examples"
                 ) from None
         out[name] = loaded[base]
     return out

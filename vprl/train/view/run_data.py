@@ -53,7 +53,7 @@ class RunData:
 
 
 def data_keys(config: dict[str, Any], dataset_root: str | None) -> dict[str, Any]:
-    """The run's recipe keys that say where its examples are; `--dataset-root` replaces its root."""
+    """The run's recipe keys that say where its examples are; `--dataset_root` replaces its root."""
     from vprl.train.recipe.sections import DataArgs
 
     keys = {name: config[name] for name in DataArgs.__dataclass_fields__ if name in config}
@@ -69,13 +69,13 @@ def run_examples(run: Path, config: dict[str, Any], dataset_root: str | None) ->
 
     keys = data_keys(config, dataset_root)
     if not keys.get("dataset_root"):
-        raise ValueError(f"{run / CONFIG_FILE}: dataset_root: not set; pass --dataset-root (or --no-examples)")
+        raise ValueError(f"{run / CONFIG_FILE}: dataset_root: not set; pass --dataset_root (or --no_examples)")
     try:
         examples = load_examples(DataArgs(**keys))
     except ValueError as exc:
         raise ValueError(
             f"{run / CONFIG_FILE}: dataset_root: the run's examples cannot be loaded ({exc}); "
-            "pass --dataset-root DIR where they are now, or --no-examples"
+            "pass --dataset_root DIR where they are now, or --no_examples"
         ) from None
     return {ex.id: ex for ex in examples}
 
