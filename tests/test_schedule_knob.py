@@ -89,8 +89,14 @@ def test_more_processes_without_global_batch_size_warn_that_the_schedule_shrinks
     assert other["warned"] == []  # once, from the main process
 
 
-def test_global_batch_size_replaces_the_recipes_accumulation_on_one_process(tmp_path):
+def test_global_batch_size_replaces_the_recipes_accumulation_on_one_process(tmp_path, monkeypatch):
+    from vprl.train.recipe import rl_config
+
+    parses = []
+    real = rl_config.parse_config
+    monkeypatch.setattr(rl_config, "parse_config", lambda *a, **k: parses.append(1) or real(*a, **k))
     cfg = parse_rl_config(["--config", str(_recipe(tmp_path, global_batch_size=64))])
+    assert len(parses) == 1  # #36: the trainer's arguments are parsed once (were twice)
     t = cfg.training
     assert (t.gradient_accumulation_steps, t.steps_per_generation, t.generation_batch_size) == (8, 8, 64)
     flat = cfg.to_flat()

@@ -14,6 +14,7 @@ after `parse_rl_config` (`dataset_mixture` a `vprl.train.recipe.mixture.Mixture`
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,15 +107,17 @@ def parse_rl_config(
         raise ConfigError(f"algorithm: {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
     names = sections_of(algorithm)
     types = [*(SECTIONS[name] for name in names), TRAINER_ARGS[algorithm]]
+    line, processes = _with_global_batch(line, TRAINER_ARGS[algorithm])
     parsed = parse_config(types, line, prog=prog, description=description)
     sections = dict(zip([*names, "training"], parsed[: len(types)], strict=True))
     if algorithm != "rest":
         sections.update(rest=RestArgs(), sampling=SamplingArgs.of_trainer(sections["training"]))
     cfg = RLConfig(**sections)
-    if cfg.run.global_batch_size is not None:
-        cfg.training = _with_global_batch(cfg, types, line, prog, description)
-        if algorithm != "rest":
-            cfg.sampling = SamplingArgs.of_trainer(cfg.training)
+    if processes is not None and cfg.training.world_size != processes:
+        raise ConfigError(
+            f"global_batch_size: planned for {processes} process(es) (WORLD_SIZE), but the trainer runs "
+            f"{cfg.training.world_size}; start the run with accelerate launch or torchrun"
+        )
     cfg.rewards.rewards = structured(cfg.rewards.rewards, "rewards", list) or ["correctness"]
     cfg.rewards.reward_penalties = structured(cfg.rewards.reward_penalties, "reward_penalties", dict)
     cfg.data.dataset_options = structured(cfg.data.dataset_options, "dataset_options", dict) or {}
@@ -128,16 +131,26 @@ def parse_rl_config(
     return cfg
 
 
-def _with_global_batch(cfg: RLConfig, types: list[type], line: CommandLine, prog: str | None, description: str | None):
-    """The trainer's arguments again, with the gradient_accumulation_steps `global_batch_size` asks
-    for at the world size they were built under. Parsed anew rather than patched: trl derives
-    steps_per_generation and generation_batch_size from it in `__post_init__`."""
-    t = cfg.training
-    accumulation = accumulation_for(cfg.run.global_batch_size, t.per_device_train_batch_size, t.world_size)
-    if accumulation == t.gradient_accumulation_steps:
-        return t
-    again = CommandLine(line.path, line.data, [*line.overrides, "--gradient_accumulation_steps", str(accumulation)])
-    return parse_config(types, again, prog=prog, description=description)[-1]
+def _with_global_batch(line: CommandLine, trainer_args: type) -> tuple[CommandLine, int | None]:
+    """The command line with the gradient_accumulation_steps that `global_batch_size` asks for at
+    the launcher's world size, and that world size (None without `global_batch_size`). Decided
+    before the one parse, as trl derives steps_per_generation and generation_batch_size from it in
+    `__post_init__`; a value the parser will refuse is left to it."""
+    given = line.value("global_batch_size")
+    if given is None:
+        return line, None
+    default = next(f.default for f in dataclasses.fields(trainer_args) if f.name == "per_device_train_batch_size")
+    try:
+        global_batch = int(given)
+        per_device = int(line.value("per_device_train_batch_size") or default)
+    except (TypeError, ValueError):
+        return line, None
+    if global_batch < 1 or per_device < 1:
+        return line, None
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    accumulation = accumulation_for(global_batch, per_device, processes)
+    overrides = [*line.overrides, "--gradient_accumulation_steps", str(accumulation)]
+    return CommandLine(line.path, line.data, overrides), processes
 
 
 # The one-dataset keys a mixture's entries replace, with the value each has when it was not given.
