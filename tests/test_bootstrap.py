@@ -119,9 +119,10 @@ def test_full_bootstrap_starts_imperfect_but_promising(tmp_path):
     """The default recipe: greedy well below the gold ceiling on the training families, and samples
     that find the gold often enough (pass@8 well above greedy) for RL to have something to raise.
     The recipe's training as it is; of its evaluation only the training families' (the held-out
-    families' is not asserted here, and the tiny bootstrap above evaluates both)."""
+    families' is not asserted here, and the tiny bootstrap above evaluates both). One torch thread:
+    two on a busy 2-core box spin (over 300 s where one takes about 150; threads are not in the recipe)."""
     argv = ["--out", str(tmp_path / "policy"), "--seed", "0", "--tool_stack", "oracle", "--eval_heldout", "0"]
-    summary = main(argv)
+    summary = main([*argv, "--threads", "1"])
     val = PolicyEval.from_json(summary["evaluation"]["val"]).overall
     assert val.gold == 1.0 and 0.1 <= val.greedy <= 0.6
     assert val.sampled >= 0.1 and val.pass_at_k >= val.greedy + 0.2
