@@ -152,3 +152,16 @@ def test_item9_served_tool_calls_beyond_the_replicas_batches_warn():
     (blip2,) = [m for m in served_tools_warnings(cfg, stack) if m.startswith("tool service blip2")]
     assert "30 calls at once against 2 replica(s) x max_batch_size 4" in blip2 and "4 batches" in blip2
     assert served_tools_warnings(parse_rl_config([*args, "--executor_slots", "8"]), stack) == []
+
+
+def test_a_served_group_of_a_stack_without_tool_sections_is_read_as_deploy_reads_it():
+    """The shapes backend configures every tool with no section of its own: a `serve.groups` naming
+    them was refused by the capacity check ("not served") though `deploy` placed it."""
+    from vprl.executor.serve.deploy import served_settings
+    from vprl.train.recipe.capacity import served_tools_warnings
+
+    cfg = parse_rl_config(["--output_dir", "x", "--tool_service", "auto", "--executor_slots", "40"])
+    stack = {"backend": "shapes", "serve": {"groups": {"all": ["detect", "verify", "vqa", "caption", "itm", "depth"]}}}
+    assert list(served_settings(stack).placements) == ["all"]
+    (message,) = served_tools_warnings(cfg, stack)
+    assert message.startswith("tool service all: 1 process(es) x 40 executor_slots")

@@ -22,8 +22,7 @@ import warnings
 from typing import Any
 
 from vprl.executor.runner_config import RunnerConfig
-from vprl.executor.serve.settings import parse_serve
-from vprl.executor.tools.calls import TOOLS
+from vprl.executor.serve.deploy import served_settings
 from vprl.train.recipe.layout import GIB, ModelSize
 from vprl.train.recipe.prompt_length import PromptLength
 
@@ -52,7 +51,9 @@ def kv_cache_warning(cfg: Any, size: ModelSize, prompt: PromptLength, gpu_gib: f
 def served_tools_warnings(cfg: Any, stack: dict[str, Any]) -> list[str]:
     if cfg.executor.tool_service is None or not isinstance(stack.get("serve"), dict):
         return []
-    settings = parse_serve(stack, [tool for tool in TOOLS if isinstance(stack.get(tool), dict)])
+    # What deploy() places: the tools the backend configures (a stack such as shapes configures every
+    # tool without a section of its own, so a group naming them must be read the same way).
+    settings = served_settings(stack)
     world = int(getattr(cfg.training, "world_size", 1) or 1)
     slots = cfg.executor.executor_slots or (os.cpu_count() or 1)
     concurrent = world * slots
