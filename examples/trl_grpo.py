@@ -26,6 +26,8 @@ with program_rewards(["correctness", "unit_tests"], tool_stack="shapes") as rewa
         output_dir=args.out, max_steps=args.steps, per_device_train_batch_size=4, num_generations=4,
         max_completion_length=64, logging_steps=1, report_to="none", use_cpu=args.cpu, reward_weights=rewards.weights,
     )  # fmt: skip
-    trainer = GRPOTrainer(model=args.model_name_or_path, reward_funcs=rewards.funcs, args=config, train_dataset=dataset)
+    trainer = GRPOTrainer(
+        model=args.model_name_or_path, reward_funcs=rewards.funcs, args=config, train_dataset=dataset
+    )
     print(trainer.train())
     trainer.save_model()

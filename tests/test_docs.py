@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-GUIDES = ["docs/gpu.md", "docs/distributed.md", "docs/architecture.md", "docs/vllm-cpu.md", "docs/configs.md", "README.md"]
+GUIDES = [
+    "docs/gpu.md",
+    "docs/distributed.md",
+    "docs/architecture.md",
+    "docs/vllm-cpu.md",
+    "docs/configs.md",
+    "README.md",
+]
 OURS = (
     "configs/",
     "vprl/train/",

@@ -185,7 +185,9 @@ def test_tools_beside_the_transformers_policy_or_on_a_missing_gpu_are_refused(tm
     plan = memory.plan_memory(cfg, "hf", None, None, list, [24.0, 24.0])
     plan.check(cfg.tool_stack)
     assert [c.name for c in plan.on(1)] == ["tool llm"]
-    with pytest.raises(ValueError, match=r"tool_stack: llm \(Qwen/Qwen2\.5-7B-Instruct\) is placed on cuda:1, but 1 GPU"):
+    with pytest.raises(
+        ValueError, match=r"tool_stack: llm \(Qwen/Qwen2\.5-7B-Instruct\) is placed on cuda:1, but 1 GPU"
+    ):
         memory.plan_memory(cfg, "hf", None, None, list, [24.0])
     # self-tuning runs a second tool host: its models count a second time
     tuned = memory.plan_memory(cfg, "hf", {"llm": {"device": "cuda:0"}}, None, list, [24.0, 24.0])

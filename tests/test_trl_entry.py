@@ -249,7 +249,9 @@ def test_rewards_are_named_as_a_user_writes_them():
 
 
 def test_the_session_config_round_trips_and_names_a_bad_field():
-    config = SessionConfig(rewards=reward_config({"correctness": 1.0}), tool_stack="viunit", runner=RunnerConfig(slots=3))
+    config = SessionConfig(
+        rewards=reward_config({"correctness": 1.0}), tool_stack="viunit", runner=RunnerConfig(slots=3)
+    )
     assert SessionConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
     with pytest.raises(ValueError, match=r"settings.json: runner: slots: expected an integer"):
         SessionConfig.from_json({"runner": {"slots": "3"}}, "settings.json")
