@@ -153,7 +153,7 @@ def _ice_settings() -> list[tuple[str, str, str | None]]:
                     key = f"dataset_mixture.datasets[{i}].prompt.ice_file"
                     out.append((str(path.relative_to(REPO)), key, entry.get("prompt", {}).get("ice_file")))
             continue
-        key = "ice_file" if path.parent.name == "eval" else "prompt_ice_file"
+        key = "prompt_ice_file"  # the recipe's and the evaluation's name alike (docs/configs.md)
         out.append((str(path.relative_to(REPO)), key, data.get(key)))
     return out
 
