@@ -74,12 +74,7 @@ def validate(cfg: RLConfig, check_layout: bool = True) -> Checked:
         if all(s == everything for s in scopes.values()):
             scopes = None  # every reward scores every entry: nothing to scope
     try:
-        runner = RunnerConfig(
-            slots=cfg.executor.executor_slots or (os.cpu_count() or 1),
-            timeout_s=cfg.executor.executor_timeout_s,
-            max_rpcs=cfg.executor.executor_max_rpcs,
-            sandbox=cfg.executor.executor_sandbox,
-        )
+        runner = cfg.executor.runner_config()
     except ValueError as exc:
         raise ConfigError(f"executor: {exc}") from None
     check_algorithm(cfg)
