@@ -10,7 +10,7 @@ from typing import Any
 
 from vprl.data.loaders import DATASETS
 from vprl.executor.settings import ExecutorArgs
-from vprl.train.evaluation.modes import FEEDBACK, MODES
+from vprl.train.evaluation.modes import EVAL_PARTS, FEEDBACK, KEEP, MODES
 from vprl.train.recipe.sections import ModelArgs, PromptArgs, SamplingArgs
 
 SHAPES_TASKS = ("train", "val", "heldout", "winoground", "sugarcrepe", "refcoco")
@@ -19,7 +19,7 @@ SHAPES_TASKS = ("train", "val", "heldout", "winoground", "sugarcrepe", "refcoco"
 # Keys that hold lists or mappings: real YAML lists and mappings in a config file; comma text
 # (`a,b`, `name=value,...`) or JSON on the command line. Declared as text for the argument parser's
 # sake; `EvalConfig.__post_init__` leaves them lists, dicts (None for settings not given) and seeds ints.
-LIST_KEYS = ("adapters", "datasets", "modes", "seen_split")
+LIST_KEYS = ("adapters", "datasets", "modes", "seen_split", "show")
 PAIR_KEYS = ("data_roots", "splits", "samples")
 SETTING_KEYS = ("self_tuning", "unit_tests", "vllm_kwargs")
 
@@ -56,7 +56,21 @@ class EvalConfig(SamplingArgs, ExecutorArgs, PromptArgs, ModelArgs):
     iterations: int = field(default=2, metadata={"help": "regeneration rounds (reprompt_tests, self_debug)"})
     feedback: str = field(default="error", metadata={"help": f"self_debug: {' or '.join(FEEDBACK)}"})
     refuse_below: float | None = field(default=None, metadata={"help": "unit_test_select: refuse below this score"})
-    pass_threshold: float = field(default=1.0, metadata={"help": "reprompt_tests: re-prompt below this score"})
+    pass_threshold: float = field(
+        default=1.0, metadata={"help": "reprompt_tests, repair with stop_when passed: re-prompt below this score"}
+    )
+    turns: int = field(default=2, metadata={"help": "repair: programs per question at most"})
+    stop_when: str = field(
+        default="ran",
+        metadata={"help": "repair: ran | passed (the unit tests reach pass_threshold; needs unit_tests)"},
+    )
+    show: str = field(
+        default="error,trace,unit_tests",
+        metadata={"help": f"repair: list of what the feedback shows, among {', '.join(EVAL_PARTS)}"},
+    )
+    keep: str = field(
+        default="final", metadata={"help": f"repair: which program answers, {' or '.join(KEEP)} (by unit tests)"}
+    )
     fallback: bool = field(default=False, metadata={"help": "also report numbers with the end-to-end fallback"})
     fallback_below: float | None = field(
         default=None,

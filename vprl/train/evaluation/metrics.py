@@ -53,6 +53,9 @@ class Prediction:
     attempts: programs executed to reach this answer (candidates, retries, re-prompts).
     tool_calls: the chosen program's trace, as `ToolCallRecord.to_json()` rows, for the run viewer's
         boxes and lines (empty in rows written before the field existed).
+    turns: a repair episode's turns in order (`vprl.train.repair.episode.Turn.to_json()` rows without
+        their tool calls), for the modes that write programs again (`repair`, `self_debug`,
+        `reprompt_tests`); empty otherwise.
     """
 
     example_id: str
@@ -65,6 +68,7 @@ class Prediction:
     attempts: int = 1
     error: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

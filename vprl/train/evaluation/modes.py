@@ -12,6 +12,14 @@
 - `self_debug`: Stanić et al.'s self-debugging — a program that fails to execute is regenerated,
   either from scratch (`feedback: scratch`, a fresh sample of the same prompt) or with its error
   fed back (`feedback: error`: re-prompting with the error message), for `iterations` rounds.
+- `repair`: learned repair (docs/repair.md), the mode a policy trained on repair episodes is
+  evaluated in — a program that fails to run (`stop_when: ran`) or, with the judge, scores below
+  `pass_threshold` on its unit tests (`stop_when: passed`) gets a feedback message in the
+  conversation format the policy was trained on (`vprl/train/prompts/conversation.py`), and the
+  policy writes it again, up to `turns` programs per question. The feedback shows the error, the
+  trace and the failed unit tests (`show`), never a label (`verdict` is refused here).
+  `self_debug` and `reprompt_tests` are its untrained special cases, run by the same episode loop
+  (`vprl/train/evaluation/repair_mode.py`) with the papers' re-prompt instead of the conversation.
 - `self_tuning`: Stanić et al.'s self-tuning — a program that fails or finds nothing is run again
   on a tool stack with lowered detection thresholds (the tuned runner).
 - `fallback` (any mode): a program that fails to execute is answered by the end-to-end tool
@@ -37,12 +45,16 @@ from vprl.executor.results import ExecutionResult
 from vprl.executor.runner import SyncRunner
 from vprl.rewards.answer_normalization import answer_to_text, normalize_answer
 from vprl.rewards.correctness import answer_kind_error
+from vprl.rewards.feedback import PARTS, STOP_RULES
 from vprl.train.evaluation.metrics import Prediction
 from vprl.train.prompts import PreviousAttempt, completion_to_program
 from vprl.train.sampling.generator import Generator, SamplingSettings
 
-MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "self_debug", "self_tuning")
+MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "self_debug", "self_tuning", "repair")
 FEEDBACK = ("error", "scratch")
+KEEP = ("final", "best")
+# What the evaluation's feedback may show: never `verdict`, which is read from a label.
+EVAL_PARTS = tuple(p for p in PARTS if p != "verdict")
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,12 @@ class ModeConfig:
     # With the fallback: also answer by it when unsure, i.e. the program's unit-test score is below
     # this or its answer was refused (ViUniT's fallback on low scores; the judge scores single programs)
     fallback_below: float | None = None
+    # repair: programs per question at most, when an episode ends, what its feedback shows, and
+    # which program answers (the final one, or the best by unit tests, which needs the judge)
+    turns: int = 2
+    stop_when: str = "ran"
+    show: tuple[str, ...] = ("error", "trace", "unit_tests")
+    keep: str = "final"
 
     def __post_init__(self) -> None:
         if self.name not in MODES:
@@ -67,6 +85,28 @@ class ModeConfig:
             raise ValueError(f"mode {self.name}: n_programs must be >= 1 and iterations >= 0")
         if self.fallback_below is not None and not self.fallback:
             raise ValueError(f"mode {self.name}: fallback_below needs fallback on")
+        object.__setattr__(self, "show", tuple(self.show))
+        if self.turns < 1:
+            raise ValueError(f"mode {self.name}: turns must be >= 1, got {self.turns}")
+        if self.stop_when not in STOP_RULES:
+            raise ValueError(f"mode {self.name}: stop_when {self.stop_when!r} is not one of {STOP_RULES}")
+        if "verdict" in self.show:
+            raise ValueError(
+                f"mode {self.name}: show 'verdict' is refused in an evaluation: it is read from the label, "
+                f"and the evaluation never feeds labels back; choose among {EVAL_PARTS}"
+            )
+        unknown = [p for p in self.show if p not in EVAL_PARTS]
+        if unknown:
+            raise ValueError(f"mode {self.name}: show {unknown} are not among {EVAL_PARTS}")
+        if self.keep not in KEEP:
+            raise ValueError(f"mode {self.name}: keep {self.keep!r} is not one of {KEEP}")
+
+    @property
+    def needs_judge(self) -> bool:
+        """Whether the mode scores programs on unit tests (the judge, `unit_tests` settings)."""
+        if self.name == "repair":
+            return self.stop_when == "passed" or self.keep == "best"
+        return self.name in ("unit_test_select", "reprompt_tests")
 
     @property
     def label(self) -> str:
@@ -81,6 +121,9 @@ class ModeConfig:
             "reprompt_tests": f"re-prompted on unit tests, {rounds}",
             "self_debug": f"self-debugging {'with the error' if self.feedback == 'error' else 'from scratch'}, {rounds}",
             "self_tuning": "self-tuning",
+            "repair": f"repair, up to {self.turns} program{'' if self.turns == 1 else 's'} "
+            + ("until one runs" if self.stop_when == "ran" else f"until unit tests reach {self.pass_threshold:g}")
+            + (", best by unit tests" if self.keep == "best" else ""),
         }[self.name]
         if self.refuse_below is not None:
             words += f", refusing below {self.refuse_below:g}"
@@ -102,6 +145,16 @@ class ModeConfig:
             + " (Stanić et al.'s self-debugging)",
             "self_tuning": "a program that fails or finds nothing runs again with lowered detection thresholds "
             "(Stanić et al.'s self-tuning)",
+            "repair": "a program that "
+            + (
+                "fails to run"
+                if self.stop_when == "ran"
+                else f"fails to run or scores below {self.pass_threshold:g} on its visual unit tests"
+            )
+            + f" gets feedback ({', '.join(self.show) or 'that it did not pass'}) in the repair conversation and "
+            f"is written again, up to {self.turns} programs per question; "
+            + ("the best by unit tests answers" if self.keep == "best" else "the last one answers")
+            + " (learned repair; no label is ever shown)",
         }[self.name]
         if self.refuse_below is not None:
             text += f"; the answer is refused (counts as wrong) when even the best scores below {self.refuse_below:g}"
@@ -127,6 +180,10 @@ class UnitTestJudge(Protocol):
     """Scores programs on unit tests written for their queries (no labels)."""
 
     def scores(self, examples: Sequence[Example], programs: Sequence[str]) -> list[float | None]: ...
+
+    def reports(self, examples: Sequence[Example], programs: Sequence[str]) -> list[Any]:
+        """Each program's `ProgramReport`: its score (`value`) and its tests' `outcomes`."""
+        ...
 
     def feedback(self, example: Example, program: str) -> str:
         """What the program answered on which test image, against what was expected."""
@@ -249,55 +306,26 @@ def unit_test_select(ctx: EvalContext, examples: Sequence[Example], cfg: ModeCon
 
 
 def reprompt_tests(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig) -> list[Prediction]:
-    judge = _need_judge(ctx, f"mode {cfg.name}")
-    programs = [ps[0] for ps in _generate(ctx, examples, 1, ctx.greedy)]
-    scores = judge.scores(examples, programs)
-    attempts = [1] * len(examples)
-    for _ in range(cfg.iterations):
-        # A program without tests (None) has nothing to be shown; re-prompting it would be blind.
-        todo = [i for i, s in enumerate(scores) if s is not None and s < cfg.pass_threshold]
-        if not todo:
-            break
-        previous = [
-            PreviousAttempt(
-                programs[i], "it ran, but failed visual unit tests: " + judge.feedback(examples[i], programs[i])
-            )
-            for i in todo
-        ]
-        sub = [examples[i] for i in todo]
-        fresh = [ps[0] for ps in _generate(ctx, sub, 1, ctx.greedy, previous)]
-        fresh_scores = judge.scores(sub, fresh)
-        for i, program, score in zip(todo, fresh, fresh_scores):
-            attempts[i] += 1
-            # Keep the better of the two: a re-prompt that does worse on the tests is not taken.
-            if (score if score is not None else -1.0) > (scores[i] if scores[i] is not None else -1.0):
-                programs[i], scores[i] = program, score
-    results = _run(ctx, examples, programs)
-    return [
-        _prediction(e, p, r, unit_test_score=s, attempts=a)
-        for e, p, r, s, a in zip(examples, programs, results, scores, attempts)
-    ]
+    """ViUniT's re-prompting: the repair loop's untrained case, stopping at a pass on the unit tests,
+    with the failed tests in the papers' re-prompt, and keeping the better-scoring program."""
+    from vprl.train.evaluation.repair_mode import run_episodes
+
+    return run_episodes(ctx, examples, cfg)
 
 
 def self_debug(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig) -> list[Prediction]:
-    programs = [ps[0] for ps in _generate(ctx, examples, 1, ctx.greedy)]
-    results = _run(ctx, examples, programs)
-    attempts = [1] * len(examples)
-    for _ in range(cfg.iterations):
-        todo = [i for i, r in enumerate(results) if r.status not in ("ok", "infra_error")]
-        if not todo:
-            break
-        sub = [examples[i] for i in todo]
-        if cfg.feedback == "error":
-            previous = [PreviousAttempt(programs[i], results[i].error or results[i].status) for i in todo]
-            fresh = [ps[0] for ps in _generate(ctx, sub, 1, ctx.greedy, previous)]
-        else:  # from scratch: a greedy decode would repeat the same program, so sample
-            fresh = [ps[0] for ps in _generate(ctx, sub, 1, ctx.sampling)]
-        fresh_results = _run(ctx, sub, fresh)
-        for i, program, result in zip(todo, fresh, fresh_results):
-            attempts[i] += 1
-            programs[i], results[i] = program, result
-    return [_prediction(e, p, r, attempts=a) for e, p, r, a in zip(examples, programs, results, attempts)]
+    """Stanić et al.'s self-debugging: the repair loop's untrained case, stopping at the first program
+    that runs, with its error in the papers' re-prompt (or, from scratch, a fresh sample)."""
+    from vprl.train.evaluation.repair_mode import run_episodes
+
+    return run_episodes(ctx, examples, cfg)
+
+
+def repair(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig) -> list[Prediction]:
+    """Learned repair: feedback in the conversation the policy was trained on, K turns at most."""
+    from vprl.train.evaluation.repair_mode import run_episodes
+
+    return run_episodes(ctx, examples, cfg)
 
 
 def _found_nothing(result: ExecutionResult) -> bool:
@@ -332,6 +360,7 @@ RUNNERS = {
     "reprompt_tests": reprompt_tests,
     "self_debug": self_debug,
     "self_tuning": self_tuning,
+    "repair": repair,
 }
 
 

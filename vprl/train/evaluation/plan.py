@@ -24,8 +24,9 @@ from vprl.train.evaluation.seen import check_seen_settings
 from vprl.train.prompts import PromptConfig, PromptTemplate
 from vprl.train.sampling.vllm_engine import engine_on_cpu
 
-RETRY_MODES = ("reprompt_tests", "self_debug")  # their prompts also hold a previous program
-TEST_MODES = ("unit_test_select", "reprompt_tests")
+RETRY_MODES = ("reprompt_tests", "self_debug", "repair")  # their prompts also hold a previous program
+TEST_MODES = ("unit_test_select", "reprompt_tests")  # and `repair` stopping at a pass or keeping the best
+FEEDBACK_TOKENS = 256  # a repair turn's feedback block, at most about (error, 6 calls, 3 tests)
 
 
 @dataclass(frozen=True)
@@ -194,9 +195,15 @@ def mode_configs(cfg: EvalConfig) -> list[ModeConfig]:
             pass_threshold=cfg.pass_threshold,
             fallback=cfg.fallback,
             fallback_below=cfg.fallback_below,
+            **(repair_settings(cfg) if m == "repair" else {}),
         )
         for m in names
     ]
+
+
+def repair_settings(cfg: EvalConfig) -> dict[str, Any]:
+    """The `repair` mode's keys (`turns`, `stop_when`, `show`, `keep`); only that mode reads them."""
+    return {"turns": cfg.turns, "stop_when": cfg.stop_when, "show": tuple(cfg.show), "keep": cfg.keep}
 
 
 def _check_keywords(fn: Callable, given: dict[str, Any], key: str, skip: tuple[str, ...] = ()) -> None:
@@ -222,12 +229,13 @@ def check_tools(cfg: EvalConfig, modes: list[ModeConfig]) -> None:
             check_backend(stack, **{**cfg.tool_overrides, **cfg.self_tuning})
         except ValueError as exc:
             raise ValueError(f"self_tuning: {exc}") from None
-    if any(m.name in TEST_MODES or m.fallback_below is not None for m in modes):
+    if any(m.needs_judge or m.fallback_below is not None for m in modes):
         from vprl.rewards.unit_tests.reward import unit_tests_reward
 
         if cfg.unit_tests is None:
             raise ValueError(
-                f"modes {', '.join(TEST_MODES)} and fallback_below need `unit_tests` settings ({{}} for the defaults)"
+                f"modes {', '.join(TEST_MODES)}, repair with stop_when passed or keep best, and fallback_below "
+                "need `unit_tests` settings ({} for the defaults)"
             )
         _check_keywords(unit_tests_reward, cfg.unit_tests, "unit_tests", ("runner",))
 
@@ -247,7 +255,7 @@ def validate(cfg: EvalConfig) -> EvalPlan:
     policy_args(cfg)  # dtype, quantization, framing
     # What the session loads on first use: a second tool host for self-tuning, the judge for the tests.
     tuned = any(m.name == "self_tuning" for m in modes)
-    judged = any(m.name in TEST_MODES or m.fallback_below is not None for m in modes)
+    judged = any(m.needs_judge or m.fallback_below is not None for m in modes)
     check_memory(
         cfg,
         choose_generator(cfg),
@@ -323,8 +331,12 @@ def check_context(cfg: EvalConfig, data: dict[str, list[Example]], modes: list[M
     if not positions:
         return
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_name_or_path)
-    # A re-prompt also shows the previous program (at most max_new_tokens) and its error.
+    # A re-prompt also shows the previous program (at most max_new_tokens) and its error; a repair
+    # conversation every earlier program and its feedback block.
     extra = cfg.max_completion_length + 64 if any(m.name in RETRY_MODES for m in modes) else 0
+    for m in modes:
+        if m.name == "repair":
+            extra = max(extra, (m.turns - 1) * (cfg.max_completion_length + FEEDBACK_TOKENS))
     for name, examples in data.items():
         for task in dict.fromkeys(e.task for e in examples):
             longest = max((e for e in examples if e.task == task), key=lambda e: len(e.query))

@@ -13,6 +13,12 @@ The prompt ends with the entry point's signature (`def execute_command(image) ->
 model continues the function body from there. In a chat frame that signature line is moved into
 the start of the model's turn, so the completion is a body in both frames and
 `completion_to_program` treats them alike.
+
+A prompt holding repair turns (`vprl/train/prompts/conversation.py`: after the first program, a
+feedback block under its header at column 0 and the signature again, per turn) is framed as a
+multi-turn chat: the prompt in a user turn, each program (signature and body) in a model turn, each
+feedback block's comment lines in a user turn, and the last model turn left open with the signature
+as its prefill. The plain frame keeps the text as it is.
 """
 
 from __future__ import annotations
@@ -58,10 +64,13 @@ def frame_prompt(prompt: str, tokenizer: Any, style: str = "auto") -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("framing style 'chat' needs a tokenizer with a chat template")
     content = prompt[len(bos) :] if bos and prompt.startswith(bos) else prompt
-    content, prefill = _split_signature(content)
-    framed = tokenizer.apply_chat_template(
-        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
-    )
+    turns = repair_turns(content)
+    if turns is None:
+        content, prefill = _split_signature(content)
+        turns = [content, prefill]
+    *closed, prefill = turns
+    messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": text} for k, text in enumerate(closed)]
+    framed = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     if not isinstance(framed, str):
         raise TypeError(f"apply_chat_template(tokenize=False) returned {type(framed).__name__}, expected str")
     return framed + prefill
@@ -145,6 +154,31 @@ def _opens_with_entry(completion: str) -> bool:
     if lines and lines[0].lstrip().startswith("```"):
         lines = lines[1:]
     return bool(lines) and lines[0].startswith(f"def {ENTRY}")
+
+
+def repair_turns(prompt: str) -> list[str] | None:
+    """The chat turns of a prompt holding repair turns, or None when it holds none: [user (the
+    prompt up to the signature), model (the signature and the first program's body), then per
+    feedback block a user turn (the block's comment lines) and a model turn (the signature and what
+    follows)]; the last model turn is the open one."""
+    # conversation.py imports this module: its header is read when a prompt is framed, not at import
+    from vprl.train.prompts.conversation import HEADER
+
+    marker = "\n" + HEADER
+    if marker not in prompt:
+        return None
+    first, *blocks = prompt.split(marker)
+    at = first.rfind("\ndef ")
+    if at < 0:
+        raise ValueError("a prompt with repair turns has no signature before its first feedback block")
+    turns = [first[:at].rstrip("\n"), first[at + 1 :]]
+    for block in blocks:
+        block = HEADER + block
+        at = block.find("\ndef ")
+        if at < 0:
+            raise ValueError(f"a feedback block is not followed by the signature: {block[:80]!r}")
+        turns += [block[:at].rstrip("\n"), block[at + 1 :]]
+    return turns
 
 
 def _split_signature(prompt: str) -> tuple[str, str]:
