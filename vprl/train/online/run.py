@@ -22,8 +22,12 @@ from vprl.train.online.trainers import TRAINERS, stop_at_turn_end
 from vprl.train.online.vllm_cpu import adapt_colocated_engine, cpu_engine_arguments
 from vprl.train.policy.loading import load_model, load_tokenizer, policy_name
 from vprl.train.prompts import STOP_SEQUENCES, completion_to_program, turn_end_ids
+from vprl.train.prompts.conversation import RepairFormat, final_program
 from vprl.train.recipe.data import PromptedExample, trl_dataset
 from vprl.train.recipe.rl_config import RLConfig
+from vprl.train.repair.log import EpisodeLog, episodes_path
+from vprl.train.repair.trl_rollout import RepairRollout, turn_cost_reward
+from vprl.train.repair.turns import EpisodeLoop
 from vprl.train.rollouts.log import RolloutLog
 from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.runs import folder as runs
@@ -49,15 +53,22 @@ def build_trainer(
         keep_traces=cfg.rewards.rollout_traces,
     )
     examples = {p.example.id: p.example for p in prompted}
+    scorer = ProgramScorer(runner, composer)
     adapter = TrlRewardAdapter(
-        ProgramScorer(runner, composer),
+        scorer,
         examples,
-        completion_to_program,
+        final_program if cfg.repair.enabled else completion_to_program,
         [spec.name for spec in composer.config.rewards],
         on_batch=recorder.on_batch,
     )
     args = cfg.training
     args.reward_weights = adapter.reward_weights
+    reward_funcs, repair = adapter.reward_funcs, {}
+    if cfg.repair.enabled:
+        repair = repair_rollout(cfg, scorer, examples, tokenizer, run_dir)
+        if cfg.repair.repair_turn_cost:
+            reward_funcs = [*reward_funcs, turn_cost_reward(cfg.repair.repair_turn_cost)]
+            args.reward_weights = [*adapter.reward_weights, 1.0]
     stops = STOP_SEQUENCES if cfg.rewards.stop_at_program_end else ()
     if args.use_vllm and stops:
         args.generation_kwargs = {**(args.generation_kwargs or {}), "stop": list(stops)}
@@ -67,7 +78,7 @@ def build_trainer(
     with cpu_engine_arguments(model) if colocated else contextlib.nullcontext():
         trainer = TRAINERS[cfg.algorithm](
             model=model,
-            reward_funcs=adapter.reward_funcs,
+            reward_funcs=reward_funcs,
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
@@ -79,6 +90,7 @@ def build_trainer(
                     recorder, cfg.rewards.program_table_steps, images={p.example.id: p.example.image for p in prompted}
                 ),
             ],
+            **repair,
         )
     if colocated:
         adapt_colocated_engine(trainer)
@@ -90,6 +102,18 @@ def build_trainer(
         stop_token_ids=turn_end,
     )
     return trainer, recorder
+
+
+def repair_rollout(cfg: RLConfig, scorer: ProgramScorer, examples: dict, tokenizer: Any, run_dir: Path) -> dict:
+    """trl's `rollout_func` for repair episodes (vprl.train.repair.trl_rollout)."""
+    rank = int(os.environ.get("RANK", "0"))
+    rollout = RepairRollout(
+        EpisodeLoop(scorer, cfg.repair.config()),
+        examples,
+        RepairFormat(tokenizer, cfg.policy.framing),
+        on_episodes=EpisodeLog(episodes_path(run_dir, rank)),
+    )
+    return {"rollout_func": rollout}
 
 
 def train_online(

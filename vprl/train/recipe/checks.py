@@ -78,6 +78,7 @@ def validate(cfg: RLConfig, check_layout: bool = True) -> Checked:
     except ValueError as exc:
         raise ConfigError(f"executor: {exc}") from None
     check_algorithm(cfg)
+    check_repair(cfg, [spec.name for spec in rewards.rewards])
     check_schedule(cfg)
     gpus = visible_gpus()
     longest = longest_prompts(examples, prompts) if gpus else []
@@ -139,6 +140,21 @@ def reward_config(cfg: RLConfig) -> RewardConfig:
     if len(set(names)) != len(names):
         raise ConfigError(f"rewards: each reward may appear once, got {names}")
     return config
+
+
+def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
+    """Repair episodes run on GRPO (trl's `rollout_func`); the check must be one of the run's rewards."""
+    repair = cfg.repair
+    repair.config()  # the values themselves, each named by its key
+    if not repair.enabled:
+        return
+    if cfg.algorithm != "grpo":
+        raise ConfigError(
+            f"repair_max_turns: {repair.repair_max_turns} episodes train with algorithm grpo; {cfg.algorithm} "
+            "has no multi-turn rollout here yet (trl's RLOOTrainer takes no rollout_func)"
+        )
+    if repair.repair_check is not None and repair.repair_check not in reward_names:
+        raise ConfigError(f"repair_check: {repair.repair_check!r} is not one of the run's rewards {reward_names}")
 
 
 def check_algorithm(cfg: RLConfig) -> None:

@@ -26,6 +26,7 @@ from vprl.train.recipe.sections import (
     ExecutorArgs,
     PolicyArgs,
     PromptArgs,
+    RepairArgs,
     RestArgs,
     RewardArgs,
     RunArgs,
@@ -46,6 +47,7 @@ SECTIONS = {
     "prompt": PromptArgs,
     "executor": ExecutorArgs,
     "rewards": RewardArgs,
+    "repair": RepairArgs,
     "run": RunArgs,
     "rest": RestArgs,
     "sampling": SamplingArgs,
@@ -61,6 +63,7 @@ class RLConfig:
     prompt: PromptArgs
     executor: ExecutorArgs
     rewards: RewardArgs
+    repair: RepairArgs
     run: RunArgs
     rest: RestArgs
     sampling: SamplingArgs

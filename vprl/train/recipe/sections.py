@@ -171,6 +171,52 @@ class RewardArgs:
 
 
 @dataclass
+class RepairArgs:
+    """Learned repair (docs/repair.md): episodes of up to `repair_max_turns` programs, each written
+    after the feedback on the one before; 1 trains one program per question."""
+
+    repair_max_turns: int = field(default=1, metadata={"help": "programs per episode at most (1: no repair)"})
+    repair_stop_when: str = field(
+        default="ran",
+        metadata={"help": "ran | passed: when an episode ends (passed: repair_check reaches the threshold)"},
+    )
+    repair_check: str | None = field(
+        default=None, metadata={"help": "the reward whose value decides a pass (correctness, unit_tests, ...)"}
+    )
+    repair_pass_threshold: float = field(default=1.0, metadata={"help": "repair_check's value that passes"})
+    repair_feedback: str | None = field(
+        default=None,
+        metadata={"help": "what feedback shows, among error, trace, unit_tests, verdict (default: the first three)"},
+    )
+    repair_turn_cost: float = field(default=0.0, metadata={"help": "subtracted from the reward per extra turn"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.repair_feedback, str):
+            self.repair_feedback = [p.strip() for p in self.repair_feedback.replace(",", " ").split() if p.strip()]
+
+    @property
+    def enabled(self) -> bool:
+        return self.repair_max_turns > 1
+
+    def config(self) -> Any:
+        """The `RepairConfig` the episode loop takes; a bad value raises ConfigError naming its key."""
+        from vprl.rewards.feedback import FeedbackConfig
+        from vprl.train.repair.turns import RepairConfig
+
+        try:
+            shown = tuple(self.repair_feedback) if self.repair_feedback else FeedbackConfig.show
+            feedback = FeedbackConfig(
+                stop_when=self.repair_stop_when,
+                check=self.repair_check,
+                pass_threshold=self.repair_pass_threshold,
+                show=shown,
+            )
+            return RepairConfig(self.repair_max_turns, self.repair_turn_cost, feedback)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+@dataclass
 class RunArgs:
     """global_batch_size: samples per optimizer step over all processes (completions for GRPO/RLOO).
     Set, it decides gradient_accumulation_steps = global_batch_size / (per_device_train_batch_size x

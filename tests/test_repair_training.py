@@ -1,0 +1,241 @@
+"""The training signal of repair episodes (#35): GRPO over whole episodes through trl's
+`rollout_func`, checked on what the trainer receives and on the loss's gradient.
+
+- The feedback blocks are masked out of the loss (`env_mask`): the loss's gradient with respect to
+  the hidden state that predicts a feedback token (the only input of that token's logits) is zero,
+  and it is not zero where a program token of either turn is predicted.
+- Every program token of an episode carries the episode's advantage: the group-relative reward of
+  its final program (trl's advantage is one number per sequence; the mask covers both turns).
+- The importance ratio of every program token is 1 with a sampler that draws from the policy: the
+  trainer's log-probabilities over the assembled episode equal the sampler's, turn by turn, under
+  transformers generation and under a vLLM stand-in that samples from the policy.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from rl_tiny import build_policy, build_world, write_recipe
+
+from vprl.train.prompts.conversation import HEADER
+
+TURNS = 2
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repair")
+    world = build_world(root / "world")
+    return world, build_policy(root / "policy", world, fit_steps=150, repair=True)
+
+
+def _recipe(tmp_path: Path, assets, **values) -> Path:
+    world, policy = assets
+    base = dict(
+        model_name_or_path=str(policy),
+        dataset_root=str(world),
+        tool_stack="shapes",
+        output_dir=str(tmp_path / "run"),
+        warmup_steps=0,
+        per_device_train_batch_size=16,  # 4 prompts x 4 samples
+        max_completion_length=40,
+        repair_max_turns=TURNS,
+        repair_stop_when="passed",
+        repair_check="correctness",
+        # Above any correctness: every first program gets feedback, so every episode has two turns.
+        repair_pass_threshold=2.0,
+        temperature=1.0,
+    )
+    return write_recipe(tmp_path / "recipe.yaml", **{**base, **values})
+
+
+class _Built:
+    """The trainer `vprl/train/rl.py` builds for a recipe, with the executor open."""
+
+    def __init__(self, recipe: Path):
+        from vprl.rewards.compose import RewardComposer
+        from vprl.train import rl
+        from vprl.train.online.run import build_trainer
+        from vprl.train.recipe.checks import validate
+        from vprl.train.recipe.data import build_prompts
+        from vprl.train.recipe.rl_config import parse_rl_config
+
+        self.cfg = parse_rl_config(["--config", str(recipe)])
+        checked = validate(self.cfg)
+        self.prompted = build_prompts(checked.examples, checked.prompts)
+        run_dir = Path(self.cfg.training.output_dir)
+        self._executor = rl.executor(checked)
+        runner, host, _ = self._executor.__enter__()
+        composer = RewardComposer(checked.rewards, resources={"runner": runner, "tool_host": host})
+        self.trainer, _ = build_trainer(self.cfg, self.prompted, composer, runner, run_dir)
+
+    def close(self):
+        self._executor.__exit__(None, None, None)
+
+    def batch(self, prompts: int = 4) -> dict:
+        """One generation batch as trl's sampler gives it (each row num_generations times), scored."""
+        trainer = self.trainer
+        rows = [trainer.train_dataset[i] for i in range(prompts) for _ in range(trainer.num_generations)]
+        trainer.model.train()
+        return trainer._generate_and_score_completions(rows)
+
+
+def _episode_layout(output: dict, trainer) -> list[tuple[list[int], list[int]]]:
+    """Per row: the completion's ids and its env mask, without padding."""
+    out = []
+    for ids, mask, env in zip(output["completion_ids"], output["completion_mask"], output["tool_mask"], strict=True):
+        n = int(mask.sum())
+        out.append((ids[:n].tolist(), env[:n].tolist()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_batch(tmp_path_factory, assets):
+    built = _Built(_recipe(tmp_path_factory.mktemp("hf"), assets))
+    try:
+        torch.manual_seed(0)
+        output = built.batch()
+        yield built, output, built.trainer.rollout_func.last_episodes
+    finally:
+        built.close()
+
+
+def test_every_episode_holds_its_turns_with_the_feedback_masked(hf_batch):
+    built, output, episodes = hf_batch
+    tok = built.trainer.processing_class
+    assert len(episodes) == 16 and all(len(e.turns) == TURNS for e in episodes)
+    for (ids, env), episode in zip(_episode_layout(output, built.trainer), episodes, strict=True):
+        assert 0 in env and env[0] == 1, "the first program's tokens are trained, the feedback is not"
+        feedback = tok.decode([t for t, m in zip(ids, env) if m == 0])
+        assert feedback.lstrip().startswith(HEADER) and "def execute_command" in feedback
+        assert episode.first.feedback is not None and episode.first.feedback.text.splitlines()[0] in feedback
+        trained = tok.decode([t for t, m in zip(ids, env) if m == 1], skip_special_tokens=True)
+        assert HEADER not in trained
+        # the mask is one run of feedback between two runs of program
+        runs = [m for i, m in enumerate(env) if i == 0 or env[i - 1] != m]
+        assert runs == [1, 0, 1]
+
+
+def test_the_advantage_of_every_turn_is_the_episode_advantage(hf_batch):
+    built, output, episodes = hf_batch
+    group = built.trainer.num_generations
+    finals = torch.tensor([e.final.total for e in episodes], dtype=torch.float32)
+    grouped = finals.view(-1, group)
+    expected = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)
+    assert output["advantages"].shape == (len(episodes),)  # one number per episode, all its tokens
+    assert torch.allclose(output["advantages"], expected.flatten(), atol=1e-5)
+    loss_mask = output["completion_mask"] * output["tool_mask"]
+    for row, (ids, env) in enumerate(_episode_layout(output, built.trainer)):
+        first_end = env.index(0)
+        second = [i for i, m in enumerate(env) if m == 1 and i > first_end]
+        assert loss_mask[row, :first_end].all() and second and loss_mask[row, second].all()
+
+
+def _final_norm_grads(built, output) -> torch.Tensor:
+    """The loss's gradient with respect to the final hidden states (what the fused LM head turns into
+    each position's logits), over the completion positions."""
+    trainer = built.trainer
+    captured = {}
+    norm = trainer.model.get_base_model().model.norm
+
+    def keep(module, args, out):
+        out.retain_grad()
+        captured["h"] = out
+
+    handle = norm.register_forward_hook(keep)
+    try:
+        trainer.model.zero_grad()
+        trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # set by trl's loop
+        loss = trainer.compute_loss(trainer.model, output)
+        loss.backward()
+    finally:
+        handle.remove()
+    grad = captured["h"].grad  # (batch, prompt + completion, hidden)
+    width = output["completion_ids"].size(1)
+    # position p predicts token p + 1: the completion's token j is predicted at prompt_len + j - 1
+    return grad[:, -width - 1 : -1].norm(dim=-1)
+
+
+def test_feedback_tokens_get_no_gradient(hf_batch):
+    built, output, _ = hf_batch
+    assert output["advantages"].abs().sum() > 0, "no advantage in the batch: nothing to check"
+    grads = _final_norm_grads(built, output)
+    checked = 0
+    for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
+        if output["advantages"][row] == 0:
+            continue
+        env = torch.tensor(env)
+        g = grads[row, : len(env)]
+        assert torch.all(g[env == 0] == 0), "a feedback token's logits got a gradient"
+        first_end = int((env == 0).nonzero()[0])
+        assert g[:first_end].abs().sum() > 0 and g[env == 1][first_end:].abs().sum() > 0
+        checked += 1
+    assert checked
+
+
+def _sampler_logps(model, context: list[int], tokens: list[int], temperature: float) -> list[float]:
+    """The policy's log-probabilities of `tokens` after `context`, one unpadded forward: what a
+    sampler drawing from the policy drew them with."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([context + tokens])).logits[0, len(context) - 1 : -1]
+    logp = (logits.float() / temperature).log_softmax(-1)
+    return logp.gather(1, torch.tensor(tokens).unsqueeze(1)).squeeze(1).tolist()
+
+
+def _assert_ratios_one(built, output) -> int:
+    trainer = built.trainer
+    prompt_ids = [ids[m.bool()].tolist() for ids, m in zip(output["prompt_ids"], output["prompt_mask"], strict=True)]
+    ids_all = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+    attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+    with torch.no_grad():
+        trainer_logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids_all, attention, output["completion_ids"].size(1)
+        )
+    checked = 0
+    for row, (ids, env) in enumerate(_episode_layout(output, trainer)):
+        start = 0
+        while start < len(ids):  # each run of program tokens, scored after everything before it
+            if env[start] == 0:
+                start += 1
+                continue
+            end = start
+            while end < len(ids) and env[end] == 1:
+                end += 1
+            drawn = _sampler_logps(trainer.model, prompt_ids[row] + ids[:start], ids[start:end], trainer.temperature)
+            got = trainer_logps[row, start:end].tolist()
+            ratios = [math.exp(a - b) for a, b in zip(got, drawn, strict=True)]
+            assert ratios == pytest.approx([1.0] * len(ratios), abs=2e-4), (row, start)
+            checked += end - start
+            start = end
+    return checked
+
+
+def test_importance_ratios_are_one_under_transformers_generation(hf_batch):
+    built, output, _ = hf_batch
+    assert _assert_ratios_one(built, output) > 0
+
+
+def test_importance_ratios_are_one_with_a_vllm_sampler_that_draws_from_the_policy(tmp_path, assets, monkeypatch):
+    import trl.trainer.grpo_trainer as grpo_trainer
+    from fake_vllm import PolicyVLLMGeneration
+
+    import vprl.train.recipe.checks
+
+    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", PolicyVLLMGeneration)
+    monkeypatch.setattr(vprl.train.recipe.checks, "require_vllm", lambda key: None)  # vLLM is not installed here
+    recipe = _recipe(tmp_path, assets, use_vllm=True, vllm_mode="colocate", top_p=1.0)
+    built = _Built(recipe)
+    try:
+        output = built.batch()
+        episodes = built.trainer.rollout_func.last_episodes
+        assert all(len(e.turns) == TURNS for e in episodes)
+        # trl's importance-sampling weights (sampler vs trainer, over program tokens only) are 1
+        mask = (output["completion_mask"] * output["tool_mask"]).bool()
+        weights = output["importance_sampling_ratio"]
+        assert torch.allclose(weights.expand_as(mask)[mask], torch.ones(()), atol=2e-4)
+        assert _assert_ratios_one(built, output) > 0
+    finally:
+        built.close()

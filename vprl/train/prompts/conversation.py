@@ -1,0 +1,103 @@
+"""The repair conversation's text: what follows a program that gets feedback, and how the programs
+of an episode are read back out of its text.
+
+An episode is one token sequence: the prompt, the first program (the body of `execute_command`),
+then for each repair turn a feedback block and the next program. The block is environment text
+(masked out of the loss): the feedback as comment lines under a fixed header, an instruction, and
+the entry point's signature again, so the policy continues with a function body exactly as in
+its first turn. In a chat frame the block closes the model's turn, puts the feedback in a user
+turn and opens a new model turn with the signature (rendered by the tokenizer's own template).
+
+The header starts at column 0 and a program body cannot contain a line that does (`\\n#` is a stop
+sequence), so the last header in an episode's text marks where its final program starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vprl.executor.program import ENTRY
+from vprl.rewards.feedback import Feedback
+from vprl.train.prompts.framing import completion_to_program, resolve_style
+
+HEADER = "# Feedback on the program above:"
+INSTRUCTION = "# Write the function again, fixing what the feedback shows."
+_MARK = "\x00turn\x00"
+
+
+def feedback_comment(feedback: Feedback) -> str:
+    """The header, the feedback's lines as comments and the instruction."""
+    lines = [HEADER, *(f"# {line}" if line else "#" for line in feedback.text.splitlines()), INSTRUCTION]
+    return "\n".join(lines)
+
+
+def signature_of(prompt: str) -> str:
+    """The entry point's `def` line a prompt ends with (plain frame) or its model turn opens with
+    (chat frame: the framing moves it there)."""
+    last = prompt.rstrip().rsplit("\n", 1)[-1].strip()
+    if not last.startswith(f"def {ENTRY}") or not last.endswith(":"):
+        raise ValueError(f"the prompt does not end with the entry point's signature: {last[-80:]!r}")
+    return last
+
+
+class RepairFormat:
+    """Feedback blocks for one tokenizer and framing. `block_ids(feedback, signature, after_turn_end)`
+    gives the block's token ids, tokenized on their own and appended to the sampled ids as they are
+    (the sampled tokens are never re-tokenized); `after_turn_end` says whether the program's tokens
+    already end with the chat frame's turn-end token."""
+
+    def __init__(self, tokenizer: Any, style: str = "auto"):
+        self.tokenizer = tokenizer
+        self.style = resolve_style(tokenizer, style)
+
+    def block_text(self, feedback: Feedback, signature: str, after_turn_end: bool = True) -> str:
+        comment = feedback_comment(feedback)
+        if self.style == "plain":
+            return f"\n{comment}\n{signature}"
+        return self._chat_block(comment, after_turn_end) + signature
+
+    def block_ids(self, feedback: Feedback, signature: str, after_turn_end: bool = True) -> list[int]:
+        text = self.block_text(feedback, signature, after_turn_end)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _chat_block(self, comment: str, after_turn_end: bool) -> str:
+        """What the template writes between the end of a model turn's content and the start of the
+        next model turn's, around a user turn holding `comment`."""
+        messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": _MARK}]
+        both = self.tokenizer.apply_chat_template(
+            [*messages, {"role": "user", "content": comment}], tokenize=False, add_generation_prompt=True
+        )
+        if not isinstance(both, str) or _MARK not in both:
+            raise ValueError("the chat template does not render a model turn's content; cannot frame feedback")
+        after = both[both.rindex(_MARK) + len(_MARK) :]
+        if after_turn_end:
+            ended = self.tokenizer.apply_chat_template(messages, tokenize=False)
+            closing = ended[ended.rindex(_MARK) + len(_MARK) :]
+            # The model's own turn-end token is already in its tokens: keep only what follows it.
+            turn_end = closing.split("\n", 1)[0]
+            if turn_end and after.startswith(turn_end):
+                after = after[len(turn_end) :]
+        return after
+
+
+def turn_texts(completion: str) -> list[str]:
+    """An episode's text (everything after the prompt) split into its turns' texts: the first turn's
+    body, then each later turn from its `def` line on."""
+    pieces = completion.split("\n" + HEADER)
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        at = piece.find(f"def {ENTRY}")
+        out.append(piece[at:] if at >= 0 else "")
+    return out
+
+
+def episode_programs(prompt: str, completion: str) -> list[str]:
+    """The programs of an episode, in turn order."""
+    texts = turn_texts(completion)
+    return [completion_to_program(prompt, texts[0]), *(completion_to_program("", t) for t in texts[1:])]
+
+
+def final_program(prompt: str, completion: str) -> str:
+    """The program an episode ends with: what its reward scores (the reward adapter's `to_program`
+    in a repair run). For a one-turn completion, `completion_to_program` itself."""
+    return episode_programs(prompt, completion)[-1]

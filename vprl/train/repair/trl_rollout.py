@@ -1,0 +1,131 @@
+"""Repair episodes as trl's `rollout_func` (GRPO): one completion per row holding every turn, with
+the feedback blocks masked out of the loss by `env_mask`.
+
+Why `rollout_func` and not `environment_factory`: an environment's tools are called by the model
+through its chat template's tool-call syntax, and what the policy writes here is not a tool call but
+a whole program, run by our executor on a dataset example, with feedback that depends on the run's
+reward (unit tests). `rollout_func` keeps the sampling in trl (its vLLM engine with weight sync and
+its transformers path, through the trainer's own `_generate_single_turn`, so the stop rules and
+the sampler's log-probabilities stay as they are for one-turn runs) and lets the episode loop
+decide what comes between the turns. trl then forms the loss over the whole sequence with
+`completion_mask * env_mask`: the feedback tokens carry no gradient and every program token of an
+episode carries the episode's advantage (its group-relative reward).
+
+The tokens are never re-tokenized: each turn's sampled ids are kept as sampled, a block's ids are
+tokenized on their own and appended, and the next turn is generated from the concatenation. An
+EOS the trainer appended to a turn that stopped at a stop sequence (never sampled) is dropped
+before a block follows it, so the sequence trains EOS only where an episode ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from vprl.data.records import Example
+from vprl.rewards.feedback import Feedback
+from vprl.train.online.sampler_logprobs import NOT_SAMPLED
+from vprl.train.prompts import completion_to_program
+from vprl.train.prompts.conversation import RepairFormat, signature_of
+from vprl.train.repair.episode import Episode, episode_stats
+from vprl.train.repair.turns import EpisodeLoop
+
+logger = logging.getLogger(__name__)
+
+TURNS_COLUMN = "repair_turns"  # the extra field the turn-cost reward reads
+FINAL_STATUS_COLUMN = "repair_final_status"
+
+
+class RepairRollout:
+    """Callable as `rollout_func(prompts, trainer)`. `on_episodes(episodes, step)` (optional) gets
+    every batch's episodes (the run folder's `episodes.jsonl`)."""
+
+    def __init__(
+        self,
+        loop: EpisodeLoop,
+        examples: Mapping[str, Example],
+        fmt: RepairFormat,
+        id_column: str = "example_id",
+        on_episodes: Any = None,
+    ):
+        self.loop = loop
+        self.examples = examples
+        self.format = fmt
+        self.id_column = id_column
+        self.on_episodes = on_episodes
+        self.last_episodes: list[Episode] = []
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        inputs = trainer._batch_inputs  # set by ProgramTrainerMixin for this process's rows
+        if inputs is None or len(inputs) != len(prompts):
+            raise RuntimeError("the repair rollout needs the trainer's rows (ProgramTrainerMixin sets them)")
+        try:
+            examples = [self.examples[row[self.id_column]] for row in inputs]
+        except KeyError as exc:
+            raise KeyError(f"example id {exc.args[0]!r} of the batch is not among the training examples") from None
+        tokenizer = trainer.processing_class
+        prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
+        training = trainer.model.training
+        n = trainer.num_generations if training else trainer.num_generations_eval
+        ids, logprobs = _as_lists(*trainer._generate_single_turn(prompt_ids, None, {}, n))
+        mask = [[1] * len(seq) for seq in ids]
+        texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+        signatures = [signature_of(p if isinstance(p, str) else str(p[-1]["content"])) for p in prompts]
+        first = [completion_to_program(p, t) for p, t in zip(prompts, texts, strict=True)]
+        eos, turn_end = tokenizer.eos_token_id, set(getattr(trainer, "stop_token_ids", ()))
+
+        def next_programs(rows: list[int], feedbacks: list[Feedback]) -> list[str | None]:
+            contexts = []
+            for i, fb in zip(rows, feedbacks, strict=True):
+                if ids[i] and ids[i][-1] == eos and (logprobs is None or logprobs[i][-1] is NOT_SAMPLED):
+                    for seq in (ids[i], mask[i], *([logprobs[i]] if logprobs is not None else [])):
+                        seq.pop()
+                block = self.format.block_ids(
+                    fb, signatures[i], after_turn_end=bool(ids[i]) and ids[i][-1] in turn_end
+                )
+                ids[i] += block
+                mask[i] += [0] * len(block)
+                if logprobs is not None:
+                    logprobs[i] += [NOT_SAMPLED] * len(block)
+                contexts.append(prompt_ids[i] + ids[i])
+            fresh, fresh_lps = _as_lists(*trainer._generate_single_turn(contexts, None, {}, 1))
+            out = []
+            for k, i in enumerate(rows):
+                ids[i] += fresh[k]
+                mask[i] += [1] * len(fresh[k])
+                if logprobs is not None:
+                    logprobs[i] += fresh_lps[k]
+                out.append(completion_to_program(signatures[i], tokenizer.decode(fresh[k], skip_special_tokens=True)))
+            return out
+
+        episodes = self.loop.run(examples, first, next_programs)
+        self.last_episodes = episodes
+        mode = "train" if training else "eval"
+        for key, value in episode_stats(episodes).items():
+            trainer._metrics[mode][key].append(value)
+        if self.on_episodes is not None:
+            self.on_episodes(episodes, int(trainer.state.global_step))
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": ids,
+            "logprobs": logprobs,
+            "env_mask": mask,
+            TURNS_COLUMN: [len(e.turns) for e in episodes],
+            FINAL_STATUS_COLUMN: [e.final.status for e in episodes],
+        }
+
+
+def _as_lists(ids: Any, logprobs: Any = None) -> tuple[list[list[int]], list[list[float | None]] | None]:
+    return [list(s) for s in ids], None if logprobs is None else [list(lp) for lp in logprobs]
+
+
+def turn_cost_reward(cost: float):
+    """A reward function (weight 1) giving -cost per turn after the first, from the rollout's extra
+    field; None where the final program was never judged, as the total is then."""
+
+    def repair_turn_cost(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        turns, statuses = kwargs[TURNS_COLUMN], kwargs[FINAL_STATUS_COLUMN]
+        return [None if s == "infra_error" else -cost * (t - 1) for t, s in zip(turns, statuses, strict=True)]
+
+    return repair_turn_cost

@@ -1,0 +1,99 @@
+"""The episode loop over a batch: score every row's program, give feedback to those the stop rule
+does not accept, have the policy write the next program for them, until every episode ended or
+`max_turns` programs were written.
+
+The loop is generic in how the next program comes: `next_programs(rows, feedbacks)` returns, for
+each row still going, its next program (or None: the row cannot go on, e.g. its token budget is
+spent). trl's rollout keeps token sequences behind it (`trl_rollout`); the evaluation's `repair`
+mode builds text prompts. Every turn is scored through the same `ProgramScorer` (the run's runner,
+tool host and cache, and its composed reward), so a turn's feedback and its reward see the same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from vprl.data.records import Example
+from vprl.rewards.feedback import Feedback, FeedbackConfig, turn_feedback
+from vprl.train.repair.episode import Episode, Turn
+from vprl.train.rollouts.scorer import ProgramScorer
+
+NextPrograms = Callable[[list[int], list[Feedback]], Sequence[str | None]]
+
+
+@dataclass(frozen=True)
+class RepairConfig:
+    """max_turns: programs per episode at most (1: one program, no repair). turn_cost: subtracted
+    from the episode's reward for each turn after the first."""
+
+    max_turns: int = 2
+    turn_cost: float = 0.0
+    feedback: FeedbackConfig = FeedbackConfig()
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"repair_max_turns must be at least 1, got {self.max_turns}")
+        if self.turn_cost < 0:
+            raise ValueError(f"repair_turn_cost must be >= 0, got {self.turn_cost}")
+
+
+def episode_reward(episode: Episode, turn_cost: float) -> float | None:
+    """The final program's total less the cost of the extra turns; None where the final program was
+    never judged (our own failure)."""
+    total = episode.final.total
+    return None if total is None else total - turn_cost * (len(episode.turns) - 1)
+
+
+class EpisodeLoop:
+    def __init__(self, scorer: ProgramScorer, config: RepairConfig):
+        self.scorer = scorer
+        self.config = config
+
+    def run(self, examples: Sequence[Example], programs: Sequence[str], next_programs: NextPrograms) -> list[Episode]:
+        if len(examples) != len(programs):
+            raise ValueError(f"got {len(examples)} examples and {len(programs)} first programs")
+        turns: list[list[Turn]] = [[] for _ in examples]
+        rows, current = list(range(len(examples))), list(programs)
+        for turn in range(self.config.max_turns):
+            scored = self.scorer.score([examples[i] for i in rows], current)
+            rewards, tests = scored.rewards, scored.rewards.details.get("unit_tests")
+            going: list[tuple[int, Feedback]] = []
+            for j, i in enumerate(rows):
+                result = scored.results[j]
+                components = {name: values[j] for name, values in rewards.components.items()}
+                passed = self.config.feedback.passed(result, components)
+                last = turn == self.config.max_turns - 1
+                feedback = (
+                    None
+                    if last
+                    else turn_feedback(self.config.feedback, result, components, tests[j] if tests else ())
+                )
+                turns[i].append(
+                    Turn(
+                        program=current[j],
+                        status=result.status,
+                        answer=result.answer,
+                        error=result.error,
+                        total=rewards.totals[j],
+                        components=components,
+                        passed=passed,
+                        feedback=feedback,
+                        tool_calls=[c.to_json() for c in result.tool_calls],
+                    )
+                )
+                if feedback is not None:
+                    going.append((i, feedback))
+            if not going:
+                break
+            fresh = list(next_programs([i for i, _ in going], [fb for _, fb in going]))
+            if len(fresh) != len(going):
+                raise ValueError(f"next_programs returned {len(fresh)} programs for {len(going)} rows")
+            kept = [(i, p) for (i, _), p in zip(going, fresh) if p is not None]
+            for (i, _), p in zip(going, fresh):
+                if p is None:  # it could not go on: its feedback was never shown
+                    turns[i][-1] = replace(turns[i][-1], feedback=None)
+            if not kept:
+                break
+            rows, current = [i for i, _ in kept], [p for _, p in kept]
+        return [Episode(e.id, tuple(t)) for e, t in zip(examples, turns)]
