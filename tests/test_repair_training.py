@@ -128,7 +128,7 @@ def test_the_advantage_of_every_turn_is_the_episode_advantage(hf_batch):
     assert output["advantages"].shape == (len(episodes),)  # one number per episode, all its tokens
     assert torch.allclose(output["advantages"], expected.flatten(), atol=1e-5)
     loss_mask = output["completion_mask"] * output["tool_mask"]
-    for row, (ids, env) in enumerate(_episode_layout(output, built.trainer)):
+    for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
         first_end = env.index(0)
         second = [i for i, m in enumerate(env) if m == 1 and i > first_end]
         assert loss_mask[row, :first_end].all() and second and loss_mask[row, second].all()

@@ -31,7 +31,7 @@ from vprl.rewards.compose import RewardBatch
 from vprl.rewards.feedback import Feedback, FeedbackConfig
 from vprl.train.evaluation.judge import failed_tests_line
 from vprl.train.evaluation.metrics import Prediction
-from vprl.train.evaluation.modes import EvalContext, ModeConfig, UnitTestJudge, _need_judge, _run
+from vprl.train.evaluation.mode_config import EvalContext, ModeConfig, UnitTestJudge, _need_judge, _run
 from vprl.train.prompts import PreviousAttempt, completion_to_program
 from vprl.train.prompts.conversation import RepairFormat, signature_of
 from vprl.train.repair.episode import Episode, Turn

@@ -18,9 +18,8 @@ from typing import Any
 
 from vprl.executor.program import ENTRY
 from vprl.rewards.feedback import Feedback
-from vprl.train.prompts.framing import completion_to_program, resolve_style
+from vprl.train.prompts.framing import HEADER, completion_to_program, resolve_style
 
-HEADER = "# Feedback on the program above:"
 INSTRUCTION = "# Write the function again, fixing what the feedback shows."
 _MARK = "\x00turn\x00"
 

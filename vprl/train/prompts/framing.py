@@ -44,6 +44,11 @@ STOP_SEQUENCES: tuple[str, ...] = (
 )
 
 
+# The line that opens a repair turn's feedback block (vprl.train.prompts.conversation): at column 0,
+# where a program body never has a line (`\n#` is a stop sequence).
+HEADER = "# Feedback on the program above:"
+
+
 def resolve_style(tokenizer: Any, style: str = "auto") -> str:
     """ "plain" or "chat"; "auto" picks "chat" when the tokenizer has a chat template."""
     if style not in STYLES:
@@ -161,9 +166,6 @@ def repair_turns(prompt: str) -> list[str] | None:
     prompt up to the signature), model (the signature and the first program's body), then per
     feedback block a user turn (the block's comment lines) and a model turn (the signature and what
     follows)]; the last model turn is the open one."""
-    # conversation.py imports this module: its header is read when a prompt is framed, not at import
-    from vprl.train.prompts.conversation import HEADER
-
     marker = "\n" + HEADER
     if marker not in prompt:
         return None
