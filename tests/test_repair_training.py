@@ -239,3 +239,33 @@ def test_importance_ratios_are_one_with_a_vllm_sampler_that_draws_from_the_polic
         assert _assert_ratios_one(built, output) > 0
     finally:
         built.close()
+
+
+def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets):
+    """The entry point end to end: two GRPO steps over repair episodes; the rollouts score each
+    episode's final program, `episodes.jsonl` holds every episode with its turns, and the metrics
+    carry the repair figures and the turn cost."""
+    import json
+
+    from vprl.train.rl import main
+    from vprl.train.repair.log import EpisodeLog, episodes_path
+    from vprl.train.rollouts.log import RolloutLog
+
+    recipe = _recipe(
+        tmp_path, assets, repair_stop_when="ran", repair_check=None, repair_pass_threshold=1.0, repair_turn_cost=0.1
+    )
+    main(["--config", str(recipe), "--max_steps", "2", "--save_steps", "2"])
+    run = tmp_path / "run"
+    episodes = list(EpisodeLog(episodes_path(run)).read())
+    assert [step for step, _ in episodes] == [0] * 16 + [1] * 16
+    for _, episode in episodes:
+        assert 1 <= len(episode.turns) <= TURNS
+        # the stop rule: only a program that did not run gets a second turn
+        assert all(t.status != "ok" for t in episode.turns[:-1])
+        assert all(t.feedback is not None for t in episode.turns[:-1]) and episode.final.feedback is None
+    rows = RolloutLog.in_run(run).read()
+    assert sorted(r.program for r in rows) == sorted(e.final.program for _, e in episodes)
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    logged = [m for m in metrics if "repair/turns_mean" in m]
+    assert len(logged) == 2 and all(1.0 <= m["repair/turns_mean"] <= TURNS for m in logged)
+    assert any("rewards/repair_turn_cost/mean" in m for m in metrics)
