@@ -28,6 +28,9 @@ from typing import Any
 from vprl.executor.results import ExecutionResult
 
 PARTS = ("error", "trace", "unit_tests", "verdict")
+# A message's text at most: a trace of long tool results must not crowd the next program out of the
+# context (`vprl.train.prompts.conversation.FEEDBACK_TOKENS` is the block's budget from it).
+MAX_FEEDBACK_CHARS = 1000
 STOP_RULES = ("ran", "passed")
 
 
@@ -129,7 +132,10 @@ def turn_feedback(
         lines.append(f"Its answer {_quoted(result.answer)} is wrong.")
     if not lines:  # asked to show nothing that applies: still say that it did not pass
         lines.append("It did not pass its checks." if result.status == "ok" else f"It failed ({result.status}).")
-    return Feedback(tuple(parts), "\n".join(lines))
+    text = "\n".join(lines)
+    if len(text) > MAX_FEEDBACK_CHARS:
+        text = text[: MAX_FEEDBACK_CHARS - 4].rsplit("\n", 1)[0] + "\n..."
+    return Feedback(tuple(parts), text)
 
 
 def failure_line(result: ExecutionResult) -> str:

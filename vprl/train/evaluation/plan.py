@@ -22,11 +22,11 @@ from vprl.train.evaluation.memory import check_memory
 from vprl.train.evaluation.modes import MODES, ModeConfig
 from vprl.train.evaluation.seen import check_seen_settings
 from vprl.train.prompts import PromptConfig, PromptTemplate
+from vprl.train.prompts.conversation import episode_tokens
 from vprl.train.sampling.vllm_engine import engine_on_cpu
 
 RETRY_MODES = ("reprompt_tests", "self_debug", "repair")  # their prompts also hold a previous program
 TEST_MODES = ("unit_test_select", "reprompt_tests")  # and `repair` stopping at a pass or keeping the best
-FEEDBACK_TOKENS = 256  # a repair turn's feedback block, at most about (error, 6 calls, 3 tests)
 
 
 @dataclass(frozen=True)
@@ -336,7 +336,7 @@ def check_context(cfg: EvalConfig, data: dict[str, list[Example]], modes: list[M
     extra = cfg.max_completion_length + 64 if any(m.name in RETRY_MODES for m in modes) else 0
     for m in modes:
         if m.name == "repair":
-            extra = max(extra, (m.turns - 1) * (cfg.max_completion_length + FEEDBACK_TOKENS))
+            extra = max(extra, episode_tokens(m.turns, cfg.max_completion_length) - cfg.max_completion_length)
     for name, examples in data.items():
         for task in dict.fromkeys(e.task for e in examples):
             longest = max((e for e in examples if e.task == task), key=lambda e: len(e.query))

@@ -17,10 +17,21 @@ from __future__ import annotations
 from typing import Any
 
 from vprl.executor.program import ENTRY
-from vprl.rewards.feedback import Feedback
+from vprl.rewards.feedback import MAX_FEEDBACK_CHARS, Feedback
 from vprl.train.prompts.framing import HEADER, completion_to_program, resolve_style
 
 INSTRUCTION = "# Write the function again, fixing what the feedback shows."
+# A feedback block's tokens at most, for memory and context plans: the message is at most
+# MAX_FEEDBACK_CHARS characters (about 3 per token of code at worst), plus the header, the
+# instruction and the signature.
+FEEDBACK_TOKENS = MAX_FEEDBACK_CHARS // 3 + 64
+
+
+def episode_tokens(max_turns: int, max_completion_length: int) -> int:
+    """The completion tokens of an episode at most: every turn's program and the blocks between."""
+    return max_turns * max_completion_length + (max_turns - 1) * FEEDBACK_TOKENS
+
+
 _MARK = "\x00turn\x00"
 
 

@@ -36,7 +36,9 @@ def kv_cache_warning(cfg: Any, size: ModelSize, prompt: PromptLength, gpu_gib: f
     cache_gib = t.vllm_gpu_memory_utilization * gpu_gib - size.params * 2 / GIB - VLLM_OVERHEAD_GIB
     per_token = 2 * (size.layers or 32) * (size.hidden or 4096) * 2
     sequences = t.per_device_train_batch_size * t.steps_per_generation
-    needed = math.ceil(sequences / t.num_generations) * prompt.tokens + sequences * t.max_completion_length
+    needed = math.ceil(sequences / t.num_generations) * prompt.tokens + sequences * cfg.repair.completion_tokens(
+        t.max_completion_length
+    )
     fits = max(cache_gib, 0.0) * GIB / per_token
     if fits >= needed:
         return None

@@ -218,6 +218,8 @@ def policy_component(cfg: Any, prompt: PromptLength) -> Component:
     )
     batch = t.per_device_train_batch_size
     completion = getattr(t, "max_completion_length", None) or getattr(t, "max_length", None) or 512
+    if cfg.repair.enabled and cfg.algorithm != "rest":  # a repair episode is one sequence of all its turns
+        completion = cfg.repair.completion_tokens(completion)
     tokens = batch * (completion + prompt.tokens)
     logits = batch * completion * (size.vocab or 32000) * 4
     per_token = (size.hidden or 4096) * 2 * ((size.layers or 32) * (2 if t.activation_checkpointing else 16) + 16)

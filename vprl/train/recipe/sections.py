@@ -11,6 +11,7 @@ from typing import Any
 
 from vprl.executor.settings import ExecutorArgs  # noqa: F401  (the recipe's executor section, shared)
 from vprl.train.prompts import PromptConfig
+from vprl.train.prompts.conversation import episode_tokens
 from vprl.train.recipe.parsing import ConfigError
 from vprl.train.sampling.generator import PAPER_SAMPLING, SamplingSettings, policy_sampling
 
@@ -197,6 +198,10 @@ class RepairArgs:
     @property
     def enabled(self) -> bool:
         return self.repair_max_turns > 1
+
+    def completion_tokens(self, max_completion_length: int) -> int:
+        """What one sampled sequence holds at most: a program, or a whole episode with repair."""
+        return episode_tokens(self.repair_max_turns, max_completion_length)
 
     def config(self) -> Any:
         """The `RepairConfig` the episode loop takes; a bad value raises ConfigError naming its key."""

@@ -1,0 +1,230 @@
+"""The parts of repair episodes (#35) without a policy: the feedback message, the conversation's
+text, the episode record and its figures, and the recipe's repair keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vprl.data.records import Example
+from vprl.executor.results import ExecutionResult, ToolCallRecord
+from vprl.rewards.feedback import MAX_FEEDBACK_CHARS, Feedback, FeedbackConfig, turn_feedback
+from vprl.train.prompts.conversation import (
+    FEEDBACK_TOKENS,
+    HEADER,
+    episode_programs,
+    episode_tokens,
+    feedback_comment,
+    final_program,
+)
+from vprl.train.recipe.parsing import ConfigError
+from vprl.train.recipe.rl_config import parse_rl_config
+from vprl.train.repair.episode import Episode, Turn, episode_stats
+from vprl.train.repair.log import EpisodeLog
+from vprl.train.repair.turns import EpisodeLoop, RepairConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SENTINEL = "zq-sentinel-answer-4410"
+SIGNATURE = "def execute_command(image) -> str:"
+CALL = ToolCallRecord("find", {"name": "red circle"}, None, '[{"box": [1, 2, 3, 4]}]', line=2)
+
+
+def _result(status: str, answer=None, error=None, calls=(CALL,)) -> ExecutionResult:
+    return ExecutionResult("e1", "k", status, answer=answer, error=error, tool_calls=tuple(calls))
+
+
+def test_a_failed_program_is_shown_its_error_with_its_line_and_its_calls():
+    error = "ZeroDivisionError: division by zero (line 3: return 1 / 0)"
+    fb = turn_feedback(FeedbackConfig(), _result("runtime_error", error=error), {})
+    assert fb.parts == ("error", "trace")
+    assert "It raised an exception: " + error in fb.text
+    assert 'line 2: find("red circle") -> [{"box": [1, 2, 3, 4]}]' in fb.text
+
+
+def test_a_program_that_ran_gets_no_feedback_under_the_stop_rule_ran():
+    assert turn_feedback(FeedbackConfig(), _result("ok", answer="no"), {"correctness": 0.0}) is None
+
+
+def test_our_own_failure_gets_no_feedback():
+    assert turn_feedback(FeedbackConfig(stop_when="passed", check="correctness"), _result("infra_error"), {}) is None
+
+
+def test_failed_unit_tests_come_in_the_re_prompt_structure():
+    tests = [
+        {"caption": "a red circle", "expected": "yes", "status": "ok", "answer": "no", "score": 0.0},
+        {"caption": "a blue square", "expected": "no", "status": "ok", "answer": "no", "score": 1.0},
+        {"caption": "two circles", "expected": "yes", "status": "runtime_error", "answer": None, "score": 0.0},
+    ]
+    config = FeedbackConfig(stop_when="passed", check="unit_tests", pass_threshold=1.0)
+    fb = turn_feedback(config, _result("ok", answer="no"), {"unit_tests": 1 / 3}, tests)
+    assert fb.parts == ("trace", "unit_tests")
+    assert 'image content: "a red circle"; expected answer: "yes"; program output: "no"' in fb.text
+    assert 'image content: "two circles"; expected answer: "yes"; program output: "runtime error"' in fb.text
+    assert "a blue square" not in fb.text  # a passed test is not shown
+
+
+def test_the_verdict_says_wrong_without_the_right_answer():
+    config = FeedbackConfig(stop_when="passed", check="correctness", show=("error", "trace", "verdict"))
+    fb = turn_feedback(config, _result("ok", answer="blue"), {"correctness": 0.0})
+    assert fb.parts == ("trace", "verdict") and 'Its answer "blue" is wrong.' in fb.text
+
+
+def test_a_label_free_run_refuses_the_verdict():
+    with pytest.raises(ValueError, match="verdict"):
+        FeedbackConfig(stop_when="passed", check="unit_tests", show=("verdict",))
+
+
+def test_the_gold_answer_never_appears_in_feedback():
+    """Whatever the program did, the message is built from its own run: a planted reference answer
+    that no program produced is never in it, for every status and every part."""
+    example = Example("e1", "shapes", "vqa", "What color is the circle?", "img.png", answers=(SENTINEL,))
+    config = FeedbackConfig(stop_when="passed", check="correctness", show=("error", "trace", "verdict"))
+    tests = [{"caption": "a red circle", "expected": "red", "status": "ok", "answer": "blue", "score": 0.0}]
+    for status in ("ok", "runtime_error", "syntax_error", "timeout", "bad_return"):
+        for correctness in (0.0, 0.5):
+            result = _result(status, answer="blue" if status == "ok" else None, error="E: boom (line 2)")
+            fb = turn_feedback(config, result, {"correctness": correctness}, tests)
+            assert fb is not None and SENTINEL not in fb.text and SENTINEL not in json.dumps(fb.to_json())
+    assert SENTINEL in json.dumps(example.to_json())  # the sentinel is there to leak
+
+
+def test_a_long_trace_is_cut_to_the_feedback_budget():
+    calls = [ToolCallRecord("find", {"name": "x" * 50}, None, "r" * 190, line=i) for i in range(40)]
+    fb = turn_feedback(FeedbackConfig(max_calls=40), _result("runtime_error", error="E", calls=calls), {})
+    assert len(fb.text) <= MAX_FEEDBACK_CHARS and fb.text.endswith("...")
+    assert episode_tokens(2, 320) == 640 + FEEDBACK_TOKENS
+
+
+def test_the_final_program_is_read_back_from_an_episode_text():
+    prompt = "# Is there a red circle?\n" + SIGNATURE
+    first = "\n    return 1 / 0\n"
+    fb = Feedback(("error",), "It raised an exception: ZeroDivisionError (line 2)")
+    second = "\n    return 'yes'\n"
+    text = first + "\n" + feedback_comment(fb) + "\n" + SIGNATURE + second
+    assert text.count("\n" + HEADER) == 1
+    assert [p.strip() for p in episode_programs(prompt, text)] == [
+        f"{SIGNATURE}\n    return 1 / 0",
+        f"{SIGNATURE}\n    return 'yes'",
+    ]
+    assert final_program(prompt, text).strip() == f"{SIGNATURE}\n    return 'yes'"
+    assert final_program(prompt, first).strip() == f"{SIGNATURE}\n    return 1 / 0"  # one turn: the program itself
+
+
+def _turn(right: bool | None, status: str = "ok", feedback: Feedback | None = None) -> Turn:
+    components = {} if right is None else {"correctness": 1.0 if right else 0.0}
+    return Turn("p", status, total=1.0 if right else 0.0, components=components, passed=bool(right), feedback=feedback)
+
+
+def test_episodes_round_trip_and_their_figures():
+    fb = Feedback(("error", "trace"), "It failed")
+    episodes = [
+        Episode("a", (_turn(False, "runtime_error", fb), _turn(True))),  # repaired
+        Episode("b", (_turn(False, "ok", fb), _turn(False))),  # not repaired
+        Episode("c", (_turn(True),)),  # right at once
+        Episode("d", (_turn(True, "ok", fb), _turn(False))),  # broken
+    ]
+    for e in episodes:
+        assert Episode.from_json(json.loads(json.dumps(e.to_json()))) == e
+    stats = episode_stats(episodes)
+    assert stats["repair/repair_rate"] == 0.5 and stats["repair/break_rate"] == 0.5
+    assert stats["repair/turns_mean"] == 7 / 4 and stats["repair/feedback_error"] == 1.0
+    with pytest.raises(ValueError, match=r"episode\.turns\[0\]: status"):
+        Episode.from_json({"example_id": "a", "turns": [{"program": "p", "status": 3}]})
+
+
+def test_the_episode_log_reads_back_what_it_wrote(tmp_path):
+    log = EpisodeLog(tmp_path / "episodes.jsonl")
+    episode = Episode("a", (_turn(True),))
+    log([episode], 3)
+    assert list(log.read()) == [(3, episode)]
+
+
+class _Scorer:
+    """Scores a program by its text: 'ok' runs and is right, 'wrong' runs and is wrong, else it fails."""
+
+    def __init__(self):
+        self.batches = []
+
+    def score(self, examples, programs):
+        from vprl.rewards.compose import RewardBatch
+        from vprl.train.rollouts.scorer import ScoredBatch
+
+        self.batches.append(list(programs))
+        results = [
+            _result("ok" if p in ("ok", "wrong") else "runtime_error", answer=p, error="E (line 2)") for p in programs
+        ]
+        correct = [1.0 if p == "ok" else 0.0 if p == "wrong" else None for p in programs]
+        totals = [c if c is not None else -0.5 for c in correct]
+        return ScoredBatch(results, RewardBatch(totals, {"correctness": correct}, [r.status for r in results]))
+
+
+def test_the_loop_stops_each_row_at_its_stop_rule_and_at_max_turns():
+    examples = [Example(f"e{i}", "shapes", "vqa", "q?", "img.png", answers=("x",)) for i in range(3)]
+    scorer = _Scorer()
+    config = RepairConfig(3, 0.1, FeedbackConfig(stop_when="passed", check="correctness"))
+    asked = []
+
+    def next_programs(rows, feedbacks):
+        asked.append(rows)
+        assert all(isinstance(fb, Feedback) for fb in feedbacks)
+        return ["wrong"] * len(rows)
+
+    episodes = EpisodeLoop(scorer, config).run(examples, ["ok", "boom", "wrong"], next_programs)
+    assert [len(e.turns) for e in episodes] == [1, 3, 3]
+    assert asked == [[1, 2], [1, 2]]
+    assert episodes[0].final.feedback is None and all(t.feedback for t in episodes[1].turns[:-1])
+    assert episodes[1].final.feedback is None  # the last turn is never shown anything
+
+
+def test_a_row_that_cannot_go_on_ends_without_unshown_feedback():
+    examples = [Example("e0", "shapes", "vqa", "q?", "img.png", answers=("x",))]
+    episodes = EpisodeLoop(_Scorer(), RepairConfig(2)).run(examples, ["boom"], lambda rows, fbs: [None])
+    assert len(episodes[0].turns) == 1 and episodes[0].final.feedback is None
+
+
+def _cfg(*extra: str):
+    return parse_rl_config(["--config", str(REPO / "configs/quickstart.yaml"), "--output_dir", "/tmp/x", *extra])
+
+
+def test_the_recipe_refuses_bad_repair_keys_naming_them():
+    from vprl.train.recipe.checks import check_repair
+
+    with pytest.raises(ConfigError, match="repair_max_turns must be at least 1"):
+        check_repair(_cfg("--repair_max_turns", "0"), ["correctness"])
+    with pytest.raises(ConfigError, match="repair_stop_when 'passed' needs repair_check"):
+        check_repair(_cfg("--repair_max_turns", "2", "--repair_stop_when", "passed"), ["correctness"])
+    with pytest.raises(ConfigError, match="repair_check: 'unit_tests' is not one of the run's rewards"):
+        check_repair(_cfg("--repair_max_turns", "2", "--repair_check", "unit_tests"), ["correctness"])
+    with pytest.raises(ConfigError, match="repair_feedback 'verdict' needs a labelled check"):
+        check_repair(
+            _cfg("--repair_max_turns", "2", "--repair_check", "unit_tests", "--repair_feedback", "verdict"),
+            ["unit_tests"],
+        )
+    with pytest.raises(ConfigError, match="repair_max_turns: 2 episodes train with algorithm grpo"):
+        check_repair(_cfg("--repair_max_turns", "2", "--algorithm", "rloo"), ["correctness"])
+    check_repair(_cfg("--repair_max_turns", "2", "--repair_feedback", "error,trace"), ["correctness"])
+
+
+def test_the_memory_plan_holds_whole_episodes():
+    import yaml
+
+    from vprl.executor.tools.stack import stack_path
+    from vprl.train.recipe import layout
+    from vprl.train.recipe.checks import reward_config
+    from vprl.train.recipe.prompt_length import PromptLength
+
+    def policy_gib(name: str) -> float:
+        cfg = parse_rl_config(["--config", str(REPO / "configs" / name)])
+        return layout.policy_component(cfg, PromptLength(3000, "given")).gib
+
+    one, repair = (
+        policy_gib("grpo_codellama_gqa_correctness.yaml"),
+        policy_gib("grpo_codellama_gqa_repair_correctness.yaml"),
+    )
+    assert repair > one * 1.1
+    cfg = parse_rl_config(["--config", str(REPO / "configs/grpo_codellama_gqa_repair_correctness.yaml")])
+    stack = yaml.safe_load(stack_path(cfg.executor.tool_stack).read_text())
+    plan = layout.plan_layout(cfg, stack, reward_config(cfg), ["Is there a red car?"], [80.0], [])
+    plan.check()  # the labelled repair recipe fits one 80 GB GPU
