@@ -110,19 +110,19 @@ def repair_pair(prompt: str, body: str) -> tuple[str, str]:
     from vprl.executor.program import describe_error
     from vprl.executor.results import ExecutionResult
     from vprl.rewards.feedback import FeedbackConfig, turn_feedback
-    from vprl.train.prompts.conversation import feedback_comment, signature_of
+    from vprl.train.prompts.conversation import conversation_text, signature_of
 
     signature = signature_of(prompt)
     at = body.rindex(")")
-    broken = body[:at] + body[at + 1 :]
+    broken = "\n" + body[:at] + body[at + 1 :]
     try:
-        compile(f"{signature}\n{broken}", "<program>", "exec")
+        compile(f"{signature}{broken}", "<program>", "exec")
         raise AssertionError(f"the broken body parses: {broken!r}")
     except SyntaxError as exc:
         error = describe_error(exc)
     result = ExecutionResult(example_id="", program_key="", status="syntax_error", error=error)
     feedback = turn_feedback(FeedbackConfig(), result, {})
-    return f"{prompt}\n{broken}\n{feedback_comment(feedback)}\n{signature}", "\n" + body
+    return conversation_text(prompt, [broken], [feedback]), "\n" + body
 
 
 def write_recipe(path: Path, **values) -> Path:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from rl_tiny import build_policy, build_world, write_recipe
 
-from vprl.train.prompts.conversation import HEADER
+from vprl.train.prompts.conversation import HEADER, conversation_text, signature_of
 
 TURNS = 2
 
@@ -92,19 +92,45 @@ def _episode_layout(output: dict, trainer) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+def _spread_totals(scored_totals: dict[str, float]):
+    """`ProgramScorer.ascore` (the path of trl's reward functions, not the episode loop's) with each
+    program's total replaced by a number drawn from its text, recorded in `scored_totals`: a tiny
+    policy's final programs may all score the same, and a group of equal rewards has no advantage to
+    check. The trainer still receives it through trl's reward functions and advantage computation."""
+    import zlib
+
+    from vprl.train.rollouts.scorer import ProgramScorer
+
+    original = ProgramScorer.ascore
+
+    async def ascore(self, examples, programs):
+        scored = await original(self, examples, programs)
+        totals = [zlib.crc32(p.encode()) % 97 / 97 for p in programs]
+        scored_totals.update(zip(programs, totals, strict=True))
+        scored.rewards.totals[:] = totals
+        return scored
+
+    return ascore
+
+
 @pytest.fixture(scope="module")
 def hf_batch(tmp_path_factory, assets):
+    from vprl.train.rollouts.scorer import ProgramScorer
+
     built = _Built(_recipe(tmp_path_factory.mktemp("hf"), assets))
+    totals: dict[str, float] = {}
     try:
-        torch.manual_seed(0)
-        output = built.batch()
-        yield built, output, built.trainer.rollout_func.last_episodes
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ProgramScorer, "ascore", _spread_totals(totals))
+            torch.manual_seed(0)
+            output = built.batch()
+        yield built, output, built.trainer.rollout_func.last_episodes, totals
     finally:
         built.close()
 
 
 def test_every_episode_holds_its_turns_with_the_feedback_masked(hf_batch):
-    built, output, episodes = hf_batch
+    built, output, episodes, _ = hf_batch
     tok = built.trainer.processing_class
     assert len(episodes) == 16 and all(len(e.turns) == TURNS for e in episodes)
     for (ids, env), episode in zip(_episode_layout(output, built.trainer), episodes, strict=True):
@@ -117,12 +143,22 @@ def test_every_episode_holds_its_turns_with_the_feedback_masked(hf_batch):
         # the mask is one run of feedback between two runs of program
         runs = [m for i, m in enumerate(env) if i == 0 or env[i - 1] != m]
         assert runs == [1, 0, 1]
+        # the text up to the second program reads as the conversation the evaluation and the
+        # bootstrap write from programs: the body, one newline, the block, the signature
+        second = env.index(0) + env[env.index(0) :].index(1)
+        first_body = tok.decode(ids[: env.index(0)], skip_special_tokens=True)
+        sig = signature_of(built.trainer.train_dataset[0]["prompt"])
+        assert sig + tok.decode(ids[:second], skip_special_tokens=True) == conversation_text(
+            sig, [first_body], [episode.first.feedback]
+        )
 
 
 def test_the_advantage_of_every_turn_is_the_episode_advantage(hf_batch):
-    built, output, episodes = hf_batch
+    built, output, episodes, totals = hf_batch
     group = built.trainer.num_generations
-    finals = torch.tensor([e.final.total for e in episodes], dtype=torch.float32)
+    # trl's reward functions scored each episode's final program, and nothing else
+    assert set(totals) == {e.final.program for e in episodes}
+    finals = torch.tensor([totals[e.final.program] for e in episodes], dtype=torch.float32)
     grouped = finals.view(-1, group)
     expected = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)
     assert output["advantages"].shape == (len(episodes),)  # one number per episode, all its tokens
@@ -160,7 +196,7 @@ def _final_norm_grads(built, output) -> torch.Tensor:
 
 
 def test_feedback_tokens_get_no_gradient(hf_batch):
-    built, output, _ = hf_batch
+    built, output, _, _ = hf_batch
     assert output["advantages"].abs().sum() > 0, "no advantage in the batch: nothing to check"
     grads = _final_norm_grads(built, output)
     checked = 0
@@ -214,7 +250,7 @@ def _assert_ratios_one(built, output) -> int:
 
 
 def test_importance_ratios_are_one_under_transformers_generation(hf_batch):
-    built, output, _ = hf_batch
+    built, output, _, _ = hf_batch
     assert _assert_ratios_one(built, output) > 0
 
 
@@ -247,8 +283,8 @@ def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets):
     carry the repair figures and the turn cost."""
     import json
 
-    from vprl.train.rl import main
     from vprl.train.repair.log import EpisodeLog, episodes_path
+    from vprl.train.rl import main
     from vprl.train.rollouts.log import RolloutLog
 
     recipe = _recipe(

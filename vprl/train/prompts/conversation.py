@@ -60,14 +60,21 @@ class RepairFormat:
         self.tokenizer = tokenizer
         self.style = resolve_style(tokenizer, style)
 
-    def block_text(self, feedback: Feedback, signature: str, after_turn_end: bool = True) -> str:
+    def block_text(
+        self, feedback: Feedback, signature: str, after_turn_end: bool = True, after_newline: bool = False
+    ) -> str:
+        """`after_newline`: the program's text already ends with a newline. Either way the text reads
+        the same: the body, one newline, the header (`conversation_text`)."""
         comment = feedback_comment(feedback)
         if self.style == "plain":
-            return f"\n{comment}\n{signature}"
+            lead = "" if after_newline else "\n"
+            return f"{lead}{comment}\n{signature}"
         return self._chat_block(comment, after_turn_end) + signature
 
-    def block_ids(self, feedback: Feedback, signature: str, after_turn_end: bool = True) -> list[int]:
-        text = self.block_text(feedback, signature, after_turn_end)
+    def block_ids(
+        self, feedback: Feedback, signature: str, after_turn_end: bool = True, after_newline: bool = False
+    ) -> list[int]:
+        text = self.block_text(feedback, signature, after_turn_end, after_newline)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _chat_block(self, comment: str, after_turn_end: bool) -> str:
@@ -88,6 +95,22 @@ class RepairFormat:
             if turn_end and after.startswith(turn_end):
                 after = after[len(turn_end) :]
         return after
+
+
+def conversation_text(prompt: str, bodies: list[str], feedbacks: list[Feedback]) -> str:
+    """A plain-framed episode as text, for a context built from programs rather than sampled tokens
+    (the evaluation's repair mode, the bootstrap's repair examples): the prompt, each body (what
+    follows the signature) without trailing newlines, each feedback block after it, then the next
+    body; `bodies` has one more entry than `feedbacks` when the last program is written too."""
+    if not len(feedbacks) <= len(bodies) <= len(feedbacks) + 1:
+        raise ValueError(f"{len(bodies)} bodies do not go with {len(feedbacks)} feedback messages")
+    signature = signature_of(prompt)
+    text = prompt
+    for k, body in enumerate(bodies):
+        text += body.rstrip("\n")
+        if k < len(feedbacks):
+            text += f"\n{feedback_comment(feedbacks[k])}\n{signature}"
+    return text
 
 
 def turn_texts(completion: str) -> list[str]:

@@ -81,9 +81,9 @@ class RepairRollout:
                 if ids[i] and ids[i][-1] == eos and (logprobs is None or logprobs[i][-1] is NOT_SAMPLED):
                     for seq in (ids[i], mask[i], *([logprobs[i]] if logprobs is not None else [])):
                         seq.pop()
-                block = self.format.block_ids(
-                    fb, signatures[i], after_turn_end=bool(ids[i]) and ids[i][-1] in turn_end
-                )
+                ended = bool(ids[i]) and ids[i][-1] in turn_end
+                newline = tokenizer.decode(ids[i], skip_special_tokens=True).endswith("\n")
+                block = self.format.block_ids(fb, signatures[i], after_turn_end=ended, after_newline=newline)
                 ids[i] += block
                 mask[i] += [0] * len(block)
                 if logprobs is not None:
