@@ -228,3 +228,41 @@ def test_the_memory_plan_holds_whole_episodes():
     stack = yaml.safe_load(stack_path(cfg.executor.tool_stack).read_text())
     plan = layout.plan_layout(cfg, stack, reward_config(cfg), ["Is there a red car?"], [80.0], [])
     plan.check()  # the labelled repair recipe fits one 80 GB GPU
+
+
+def test_rest_trains_a_repaired_episode_s_final_program_after_its_conversation():
+    """ReST over episodes: the kept row is the final program, and its SFT example is that program's
+    body after the conversation (prompt, the first program, its feedback, the signature): the wrong
+    first program is context, never a target."""
+    from vprl.train.policy.tiny import train_tokenizer
+    from vprl.train.recipe.sections import RestArgs
+    from vprl.train.rest.select import select_iteration
+    from vprl.train.rollouts.log import RolloutRow
+
+    prompt = "# Is there a red circle?\n" + SIGNATURE
+    fb = Feedback(("error",), "It raised an exception: ZeroDivisionError (line 2)")
+    context = prompt + "\n    return 1 / 0\n" + feedback_comment(fb) + "\n" + SIGNATURE
+    final = f"{SIGNATURE}\n    return 'yes'"
+    tok = train_tokenizer([context + "\n    return 'yes'\n"] * 4, vocab_size=300, context=256)
+    rows = [
+        RolloutRow(0, "e1", "h", final, "ok", answer="yes", total=1.0, program_key="a"),
+        RolloutRow(0, "e1", "h", f"{SIGNATURE}\n    return 'no'", "ok", answer="no", total=0.0, program_key="b"),
+    ]
+    out = select_iteration(
+        0,
+        tokenizer=tok,
+        items=[(Example("e1", "shapes", "vqa", "q?", "img.png", answers=("yes",)), prompt)],
+        rows=rows,
+        flat_items=[0, 0],
+        rest=RestArgs(),
+        n=2,
+        style="plain",
+        max_length=None,
+        contexts=[context, None],
+    )
+    (kept,) = out["kept"]
+    assert kept.program == final and kept.context == context
+    (ex,) = out["sft_rows"]
+    trained = [t for t, m in zip(ex["input_ids"], ex["completion_mask"], strict=True) if m]
+    assert tok.decode(trained, skip_special_tokens=True).strip() == "return 'yes'"
+    assert tok.decode(ex["input_ids"], skip_special_tokens=True).count(HEADER) == 1

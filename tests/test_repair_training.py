@@ -305,3 +305,46 @@ def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets):
     logged = [m for m in metrics if "repair/turns_mean" in m]
     assert len(logged) == 2 and all(1.0 <= m["repair/turns_mean"] <= TURNS for m in logged)
     assert any("rewards/repair_turn_cost/mean" in m for m in metrics)
+
+
+def test_rest_samples_episodes_and_keeps_their_final_programs(tmp_path, assets):
+    """ReST over episodes end to end: one iteration of 4 questions x 2 episodes; every rollout row is
+    an episode's final program, and a kept program of a repaired episode carries its conversation."""
+    import json
+
+    import yaml
+
+    from vprl.train.rest.iterations import iteration_dir
+    from vprl.train.rl import main
+    from vprl.train.rollouts.log import RolloutLog
+
+    recipe = yaml.safe_load(_recipe(tmp_path, assets).read_text())
+    for key in ("num_generations", "max_completion_length", "per_device_train_batch_size", "temperature"):
+        recipe.pop(key)
+    recipe.update(
+        algorithm="rest",
+        rest_iterations=1,
+        num_generations=2,
+        max_completion_length=64,
+        dataset_limit=4,
+        per_device_train_batch_size=2,
+        repair_stop_when="ran",
+        repair_check=None,
+        repair_pass_threshold=1.0,
+        rest_keep_threshold=-2.0,  # keep everything that was judged: the contexts are what is checked
+    )
+    path = tmp_path / "rest.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    main(["--config", str(path)])
+    run = tmp_path / "run"
+    rows = RolloutLog.in_run(run).read()
+    assert len(rows) == 8 and all(r.step == 0 for r in rows)
+    kept = [json.loads(line) for line in (iteration_dir(run, 0) / "kept.jsonl").read_text().splitlines()]
+    assert kept
+    for k in kept:
+        if k["context"] is not None:
+            assert HEADER in k["context"] and k["context"].rstrip().endswith(":")
+    repaired = [k for k in kept if k["context"] is not None]
+    failed_first = [r for r in rows if r.status != "ok"]
+    # a program that failed was written again, so some kept final programs come after feedback
+    assert repaired or not failed_first

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from vprl.data.records import Example
 from vprl.train.recipe.sections import RestArgs, SamplingArgs
+from vprl.train.repair.turns import RepairConfig
 from vprl.train.rest.iterations import (
     ADAPTER_WEIGHTS,
     ITERATIONS_DIR,
@@ -42,7 +43,7 @@ from vprl.train.rest.iterations import (
     iteration_dir,
 )
 from vprl.train.rest.ranks import Ranks
-from vprl.train.rest.select import merge_shards, sample_shard, select_iteration, write_kept
+from vprl.train.rest.select import merge_contexts, merge_shards, sample_shard, select_iteration, write_kept
 from vprl.train.rest.sft import load_adapter, save_adapter, sft_state, train_sft
 from vprl.train.rollouts.log import RolloutLog
 from vprl.train.rollouts.scorer import ProgramScorer
@@ -90,6 +91,7 @@ def run_rest(
     policy_name: str,
     start_iteration: int = 0,
     gather_timeout_s: float | None = None,
+    repair: RepairConfig | None = None,
 ) -> list[Path]:
     """Run iterations `start_iteration .. rest_iterations - 1`, skipping those already done; returns
     the adapter folder of every iteration. `model` is the peft-wrapped policy, trained in place;
@@ -154,9 +156,11 @@ def run_rest(
             prompt_hash=prompt_hash,
             policy_name=policy_name,
             progress=main,  # one progress bar, not one per process
+            repair=repair,
         )
         shards = ranks.gather(mine)  # every process waits here for the slowest shard
         rows, flat_items = merge_shards(shards, sampling.n, len(items))
+        contexts = merge_contexts(shards, sampling.n, len(items))
         # The phase lasted as long as its slowest process.
         timer = {name: max(s.seconds[name] for s in shards) for name in ("generate", "score")}
         t0 = time.perf_counter()
@@ -170,6 +174,7 @@ def run_rest(
             n=sampling.n,
             style=style,
             max_length=sft.max_length,
+            contexts=contexts,
         )
         if main:
             log.append(rows)

@@ -76,6 +76,7 @@ def train_rest(
         gather_timeout_s=gather_timeout_s(
             cfg.training.ddp_timeout, len(prompted), state.num_processes, cfg.sampling.num_generations, runner
         ),
+        repair=cfg.repair.config() if cfg.repair.enabled else None,
     )
     out = run_dir / ADAPTER_DIR
     if state.is_main_process:

@@ -22,12 +22,23 @@ from vprl.executor.program import program_key
 from vprl.rewards.groups import is_zero_variance
 from vprl.train.prompts import completion_to_program
 from vprl.train.recipe.sections import RestArgs
+from vprl.train.repair.turns import RepairConfig
+from vprl.train.rest.episodes import sample_episodes
 from vprl.train.rest.sft import sft_example
 from vprl.train.rollouts.log import RolloutRow
 from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.sampling.generator import Generator, SamplingSettings
 
-__all__ = ["KeptProgram", "Shard", "merge_shards", "sample_shard", "select_iteration", "select_kept", "write_kept"]
+__all__ = [
+    "KeptProgram",
+    "Shard",
+    "merge_contexts",
+    "merge_shards",
+    "sample_shard",
+    "select_iteration",
+    "select_kept",
+    "write_kept",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +49,18 @@ class KeptProgram:
     example_id: str
     program: str
     total: float
+    context: str | None = None  # a repaired episode's conversation before its final program
 
 
-def select_kept(rows: Sequence[RolloutRow], items_per_row: Sequence[int], rest: RestArgs) -> list[KeptProgram]:
+def select_kept(
+    rows: Sequence[RolloutRow],
+    items_per_row: Sequence[int],
+    rest: RestArgs,
+    contexts: Sequence[str | None] | None = None,
+) -> list[KeptProgram]:
     """The training set of one iteration: rows passing the keep rule, deduplicated per question by
-    program key, best reward first (sample order breaks ties), at most `rest_max_kept_per_query`."""
+    program key, best reward first (sample order breaks ties), at most `rest_max_kept_per_query`.
+    With repair episodes, `contexts` holds each row's conversation before its final program."""
     by_item: dict[int, list[tuple[int, RolloutRow]]] = defaultdict(list)
     for order, (row, item) in enumerate(zip(rows, items_per_row, strict=True)):
         if rest.keeps(row.total):
@@ -51,12 +69,13 @@ def select_kept(rows: Sequence[RolloutRow], items_per_row: Sequence[int], rest: 
     for item in sorted(by_item):
         ranked = sorted(by_item[item], key=lambda pair: (-pair[1].total, pair[0]))
         seen: set[str] = set()
-        for _, row in ranked:
+        for order, row in ranked:
             key = row.program_key or program_key(row.program)
             if rest.rest_dedupe and key in seen:
                 continue
             seen.add(key)
-            kept.append(KeptProgram(item, row.example_id, row.program, float(row.total)))
+            context = contexts[order] if contexts is not None else None
+            kept.append(KeptProgram(item, row.example_id, row.program, float(row.total), context))
             if rest.rest_max_kept_per_query is not None and len(seen) >= rest.rest_max_kept_per_query:
                 break
     return kept
@@ -90,6 +109,7 @@ class Shard:
     items: list[int]
     rows: list[RolloutRow]
     seconds: dict[str, float]
+    contexts: list[str | None] | None = None  # with repair episodes (`vprl.train.rest.episodes`)
 
 
 def sample_shard(
@@ -103,9 +123,11 @@ def sample_shard(
     prompt_hash: str,
     policy_name: str,
     progress: bool = True,
+    repair: RepairConfig | None = None,
 ) -> Shard:
     """Sample `sampling.n` programs for each question of `indices` (seeded with the iteration) and
-    score them through this process's executor."""
+    score them through this process's executor; with `repair` (more than one turn), each sample is
+    an episode whose final program is the row (`vprl.train.rest.episodes`)."""
     examples = [items[i][0] for i in indices]
     prompts = [items[i][1] for i in indices]
     n = sampling.n
@@ -120,10 +142,38 @@ def sample_shard(
     t0 = time.perf_counter()
     programs = [completion_to_program(prompts[j], c) for j in range(len(indices)) for c in completions[j]]
     flat_examples = [examples[j] for j in range(len(indices)) for _ in range(n)]
+    if repair is not None and repair.max_turns > 1:
+        flat_prompts = [prompts[j] for j in range(len(indices)) for _ in range(n)]
+        rows, contexts, _ = sample_episodes(
+            k,
+            flat_examples,
+            flat_prompts,
+            programs,
+            scorer=scorer,
+            generator=generator,
+            sampling=iter_sampling,
+            repair=repair,
+            prompt_hash=prompt_hash,
+            policy_name=policy_name,
+        )
+        seconds["score"] = time.perf_counter() - t0  # the later turns' sampling included
+        return Shard(list(indices), rows, seconds, contexts)
     batch = scorer.score(flat_examples, programs, progress=progress)
     rows = batch.rows(k, flat_examples, programs, prompt_hash=prompt_hash, policy=policy_name)
     seconds["score"] = time.perf_counter() - t0
     return Shard(list(indices), rows, seconds)
+
+
+def merge_contexts(shards: Sequence[Shard], n: int, questions: int) -> list[str | None] | None:
+    """The shards' repair contexts in the order `merge_shards` puts their rows; None without repair."""
+    if all(shard.contexts is None for shard in shards):
+        return None
+    by_item: dict[int, list[str | None]] = {}
+    for shard in shards:
+        contexts = shard.contexts if shard.contexts is not None else [None] * len(shard.rows)
+        for j, item in enumerate(shard.items):
+            by_item[item] = contexts[j * n : (j + 1) * n]
+    return [c for i in range(questions) for c in by_item[i]]
 
 
 def merge_shards(shards: Sequence[Shard], n: int, questions: int) -> tuple[list[RolloutRow], list[int]]:
@@ -153,6 +203,7 @@ def select_iteration(
     n: int,
     style: str,
     max_length: int | None,
+    contexts: Sequence[str | None] | None = None,
 ) -> dict[str, Any]:
     """The kept programs, the SFT examples and the summary's counts of iteration k, from the rows of
     every question (`merge_shards`). Deterministic: every process gets the same from the same rows."""
@@ -160,10 +211,10 @@ def select_iteration(
     groups = [[r.total for r in rows[i * n : (i + 1) * n]] for i in range(len(items))]
     stats = summarise(k, rows, groups, len(items))
     rewarded = sum(rest.keeps(r.total) for r in rows)
-    kept = select_kept(rows, flat_items, rest)
+    kept = select_kept(rows, flat_items, rest, contexts)
     sft_rows, too_long, no_body = [], 0, 0
     for kp in kept:
-        ex = sft_example(tokenizer, prompts[kp.item], kp.program, style)
+        ex = sft_example(tokenizer, kp.context or prompts[kp.item], kp.program, style)
         if ex is None:  # rewarded yet no `def execute_command` line first: nothing to continue
             no_body += 1
             continue
