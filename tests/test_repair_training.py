@@ -277,7 +277,7 @@ def test_importance_ratios_are_one_with_a_vllm_sampler_that_draws_from_the_polic
         built.close()
 
 
-def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets):
+def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets, monkeypatch):
     """The entry point end to end: two GRPO steps over repair episodes; the rollouts score each
     episode's final program, `episodes.jsonl` holds every episode with its turns, and the metrics
     carry the repair figures and the turn cost."""
@@ -290,7 +290,23 @@ def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets):
     recipe = _recipe(
         tmp_path, assets, repair_stop_when="ran", repair_check=None, repair_pass_threshold=1.0, repair_turn_cost=0.1
     )
-    main(["--config", str(recipe), "--max_steps", "2", "--save_steps", "2"])
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WANDB_PROJECT", "vprl-test")
+    try:
+        main(
+            ["--config", str(recipe), "--max_steps", "2", "--save_steps", "2"]
+            + ["--report_to", "wandb", "--program_table_steps", "1"]
+        )
+    finally:
+        import os
+
+        import wandb
+
+        wandb.finish()
+        wandb.teardown()  # wandb keeps the first run's settings (WANDB_DIR) for the process otherwise
+        os.environ.pop("WANDB_MODE", None)  # set by the entry point (no API key: offline)
+        os.environ.pop("WANDB_DIR", None)
     run = tmp_path / "run"
     episodes = list(EpisodeLog(episodes_path(run)).read())
     assert [step for step, _ in episodes] == [0] * 16 + [1] * 16
@@ -305,6 +321,20 @@ def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets):
     logged = [m for m in metrics if "repair/turns_mean" in m]
     assert len(logged) == 2 and all(1.0 <= m["repair/turns_mean"] <= TURNS for m in logged)
     assert any("rewards/repair_turn_cost/mean" in m for m in metrics)
+    # wandb's programs table: a repaired program's row shows the turns before it with their feedback
+    (offline,) = run.glob("wandb/offline-run-*")
+    tables = sorted(offline.glob("files/media/table/programs/step_*.table.json"))
+    table = json.loads(tables[-1].read_text())
+    column = table["columns"].index("earlier turns")
+    program = table["columns"].index("program")
+    by_final = {(e.example_id, e.final.program): e for step, e in episodes if step == 1}
+    example = table["columns"].index("example_id")
+    for row in table["data"]:
+        episode = by_final[row[example], row[program]]
+        if len(episode.turns) > 1:
+            assert episode.first.program in row[column] and episode.first.feedback.text in row[column]
+        else:
+            assert row[column] == ""
 
 
 def test_rest_samples_episodes_and_keeps_their_final_programs(tmp_path, assets):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
@@ -166,11 +167,21 @@ class ProgramTable(TrainerCallback):
     its tool calls (`wandb.Image` box annotations, one class per call), as the run viewer
     (`python -m vprl.train.view`) draws them."""
 
-    def __init__(self, recorder: RolloutRecorder, every: int, limit: int = 64, images: dict[str, str] | None = None):
+    def __init__(
+        self,
+        recorder: RolloutRecorder,
+        every: int,
+        limit: int = 64,
+        images: dict[str, str] | None = None,
+        earlier_turns: Callable[[str, str], str] | None = None,
+    ):
+        """`earlier_turns(example_id, program)`: in a repair run, the turns before the one that wrote
+        `program` with the feedback each got, as text (a column of its own)."""
         self.recorder = recorder
         self.every = every
         self.limit = limit
         self.images = images or {}
+        self.earlier_turns = earlier_turns
 
     def on_step_end(self, args, state, control, **kwargs):
         if not state.is_world_process_zero or self.every <= 0 or state.global_step % self.every:
@@ -182,7 +193,8 @@ class ProgramTable(TrainerCallback):
         if wandb.run is None or not self.recorder.recent:
             return control
         columns = ["step", "example_id", "query", "program", "status", "answer", "total", "components", "trace"]
-        table = wandb.Table(columns=[*columns, "image"])
+        repair = ["earlier turns"] if self.earlier_turns is not None else []
+        table = wandb.Table(columns=[*columns, "image", *repair])
         for row in self.recorder.recent[: self.limit]:
             trace = "\n".join(
                 f"{c.get('tool')}({json.dumps(c.get('args'))[:80]}) -> {c.get('result')}" for c in row.tool_calls
@@ -198,6 +210,7 @@ class ProgramTable(TrainerCallback):
                 json.dumps(row.components),
                 trace,
                 traced_image(wandb, self.images.get(row.example_id), row),
+                *([self.earlier_turns(row.example_id, row.program)] if self.earlier_turns is not None else []),
             )
         # No `step=`: transformers' WandbCallback logs without one, so wandb's own step runs ahead of
         # the trainer's (trl logs its timings as rows of their own), and a record with an older step

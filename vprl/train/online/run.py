@@ -87,7 +87,10 @@ def build_trainer(
                 recorder,
                 MetricsRecorder(runs.MetricsLog(run_dir), recorder, examples),  # per-task rows
                 ProgramTable(
-                    recorder, cfg.rewards.program_table_steps, images={p.example.id: p.example.image for p in prompted}
+                    recorder,
+                    cfg.rewards.program_table_steps,
+                    images={p.example.id: p.example.image for p in prompted},
+                    earlier_turns=repair["rollout_func"].earlier_turns if repair else None,
                 ),
             ],
             **repair,

@@ -20,6 +20,7 @@ before a block follows it, so the sequence trains EOS only where an episode ends
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,6 +56,9 @@ class RepairRollout:
         self.id_column = id_column
         self.on_episodes = on_episodes
         self.last_episodes: list[Episode] = []
+        # The latest batches' episodes by (example, final program): a callback that sees a step's
+        # rows after the next batch was sampled still finds them.
+        self._recent: deque[dict[tuple[str, str], Episode]] = deque(maxlen=3)
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         inputs = trainer._batch_inputs  # set by ProgramTrainerMixin for this process's rows
@@ -101,6 +105,7 @@ class RepairRollout:
 
         episodes = self.loop.run(examples, first, next_programs)
         self.last_episodes = episodes
+        self._recent.append({(e.example_id, e.final.program): e for e in episodes})
         mode = "train" if training else "eval"
         for key, value in episode_stats(episodes).items():
             trainer._metrics[mode][key].append(value)
@@ -114,6 +119,18 @@ class RepairRollout:
             TURNS_COLUMN: [len(e.turns) for e in episodes],
             FINAL_STATUS_COLUMN: [e.final.status for e in episodes],
         }
+
+    def earlier_turns(self, example_id: str, program: str) -> str:
+        """The turns before the one that wrote `program` for `example_id`, each with its feedback,
+        as text; empty for a program written first (or no longer among the latest batches)."""
+        for batch in reversed(self._recent):
+            episode = batch.get((example_id, program))
+            if episode is not None:
+                return "\n\n".join(
+                    f"turn {k + 1} ({t.status}):\n{t.program}\nfeedback:\n{t.feedback.text if t.feedback else ''}"
+                    for k, t in enumerate(episode.turns[:-1])
+                )
+        return ""
 
 
 def _as_lists(ids: Any, logprobs: Any = None) -> tuple[list[list[int]], list[list[float | None]] | None]:
