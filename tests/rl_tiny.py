@@ -6,6 +6,7 @@ programs give it a mix of right, wrong and broken programs, so rewards vary with
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 WORLD = dict(train=16, val=4, winoground=2, sugarcrepe=1, refcoco=2, seed=5)
@@ -176,3 +177,23 @@ class FakeVLLMGeneration:
             logits = self.model(input_ids=torch.tensor([list(prompt) + completion])).logits[0, len(prompt) - 1 : -1]
         logp = (logits.float() / self.kwargs["temperature"]).log_softmax(-1)
         return logp.gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1).tolist()
+
+
+@contextlib.contextmanager
+def offline_wandb(monkeypatch):
+    """A test's wandb: offline (no API key), in the run folder, torn down afterwards so the next run
+    of the process does not keep this one's settings."""
+    import os
+
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WANDB_PROJECT", "vprl-test")
+    try:
+        yield
+    finally:
+        import wandb
+
+        wandb.finish()
+        wandb.teardown()  # wandb keeps the first run's settings (WANDB_DIR) for the process otherwise
+        os.environ.pop("WANDB_MODE", None)  # set by the entry point (no API key: offline)
+        os.environ.pop("WANDB_DIR", None)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_tiny import build_policy, build_world, write_recipe
+from rl_tiny import build_policy, build_world, offline_wandb, write_recipe
 
 from vprl.train.prompts.conversation import HEADER, conversation_text, signature_of
 
@@ -290,23 +290,11 @@ def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets, monkeypatch):
     recipe = _recipe(
         tmp_path, assets, repair_stop_when="ran", repair_check=None, repair_pass_threshold=1.0, repair_turn_cost=0.1
     )
-    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("WANDB_PROJECT", "vprl-test")
-    try:
+    with offline_wandb(monkeypatch):
         main(
             ["--config", str(recipe), "--max_steps", "2", "--save_steps", "2"]
             + ["--report_to", "wandb", "--program_table_steps", "1"]
         )
-    finally:
-        import os
-
-        import wandb
-
-        wandb.finish()
-        wandb.teardown()  # wandb keeps the first run's settings (WANDB_DIR) for the process otherwise
-        os.environ.pop("WANDB_MODE", None)  # set by the entry point (no API key: offline)
-        os.environ.pop("WANDB_DIR", None)
     run = tmp_path / "run"
     episodes = list(EpisodeLog(episodes_path(run)).read())
     assert [step for step, _ in episodes] == [0] * 16 + [1] * 16

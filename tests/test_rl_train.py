@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rl_tiny import FakeVLLMGeneration, build_policy, build_world, write_recipe
+from rl_tiny import FakeVLLMGeneration, build_policy, build_world, offline_wandb, write_recipe
 
 from vprl.train.rollouts.log import RolloutLog
 
@@ -115,9 +115,6 @@ def test_grpo_trains_and_writes_the_run_folder(tmp_path, assets):
 def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, assets, monkeypatch):
     from vprl.train.rl import main
 
-    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("WANDB_PROJECT", "vprl-test")
     recipe = _recipe(
         tmp_path,
         assets,
@@ -127,15 +124,8 @@ def test_rloo_trains_with_the_zero_variance_filter_and_logs_to_wandb(tmp_path, a
         report_to="wandb",
         program_table_steps=1,
     )
-    try:
+    with offline_wandb(monkeypatch):
         main(["--config", str(recipe)])
-    finally:
-        import wandb
-
-        wandb.finish()
-        wandb.teardown()  # wandb keeps the first run's settings (WANDB_DIR) for the process otherwise
-        os.environ.pop("WANDB_MODE", None)  # set by the entry point (no API key: offline)
-        os.environ.pop("WANDB_DIR", None)
     run = tmp_path / "run"
     _assert_learned_something(run)
     assert all("zero_variance/filtered_share" in m for m in _metrics(run) if "loss" in m)
