@@ -25,7 +25,7 @@ ENGINE_ENV = Path(sys.prefix) / "vllm"
 DRIVER = REPO / "tests" / "vllm_cpu_driver.py"
 RATIO_TOLERANCE = 1e-4  # float32 engine and trainer: the ratios are 1 up to summation order
 
-# One driver run (about 5 minutes on 2 cores: imports, seven engine starts, the tiny runs) serves
+# One driver run (about 6 minutes on 2 cores: imports, eight engine starts, the tiny runs) serves
 # every test here; the fixture's time counts against the first test.
 pytestmark = pytest.mark.timeout(2700)
 
@@ -76,7 +76,7 @@ def test_the_driver_ran_every_path_and_exited_cleanly(record):
     assert record["_returncode"] == 0, record["_log_tail"]
 
 
-@pytest.mark.parametrize("name", ["grpo_lora_top_p", "trl_full"])
+@pytest.mark.parametrize("name", ["grpo_lora_top_p", "trl_full", "grpo_repair"])
 def test_importance_ratios_are_one_with_the_real_engine(record, name):
     """trl weights each token by exp(trainer log-prob - vLLM log-prob): with an engine that holds the
     trained weights in float32 the weight is 1, for programs that end in EOS, programs cut at a stop
@@ -90,12 +90,22 @@ def test_importance_ratios_are_one_with_the_real_engine(record, name):
         assert step["sampling/sampling_logp_difference/max"] < RATIO_TOLERANCE, step
 
 
+def test_repair_episodes_sample_every_turn_on_the_real_engine(record):
+    """Repair episodes through the colocated engine (#35): every episode holds two sampled turns
+    (the second generated after the feedback block, on the engine synced to the trained weights),
+    and the ratios over both turns' tokens are 1 (the parametrized test above)."""
+    entry = path(record, "grpo_repair")
+    assert entry["episode_turns"] and set(entry["episode_turns"]) == {2}, entry["episode_turns"]
+    assert [row["repair/turns_mean"] for row in entry["repair_steps"]] == [2.0, 2.0], entry["repair_steps"]
+    assert max(entry["sync_logp_difference"]) < RATIO_TOLERANCE
+
+
 def test_the_top_p_run_covers_eos_and_stop_endings(record):
     endings = [e for call in path(record, "grpo_lora_top_p")["endings"] for e in call]
     assert "eos" in endings and "stop" in endings, endings
 
 
-@pytest.mark.parametrize("name", ["grpo_lora_top_p", "rloo_lora", "trl_full"])
+@pytest.mark.parametrize("name", ["grpo_lora_top_p", "rloo_lora", "trl_full", "grpo_repair"])
 def test_the_engine_equals_the_trained_model_after_every_sync(record, name):
     """The CPU adapter's in-place reload (with the tied output layer re-packed) leaves the engine with
     the weights being trained: its log-probabilities are the model's after every sync. RLOO has no

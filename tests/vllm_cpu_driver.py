@@ -133,6 +133,15 @@ def rl_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int], 
         for row in metric_rows(out)
     ]
     entry["adapter"] = str(out / "adapter")
+    if values.get("repair_max_turns", 1) > 1:
+        from vprl.train.repair.log import EpisodeLog, episodes_path
+
+        entry["episode_turns"] = [len(e.turns) for _, e in EpisodeLog(episodes_path(out)).read()]
+        entry["repair_steps"] = [
+            {k: v for k, v in row.items() if k.startswith("repair/")}
+            for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+            if "repair/turns_mean" in row
+        ]
 
 
 def stock_trl_full_path(entry: dict, root: Path, policy: Path, ids: list[int]) -> None:
@@ -364,7 +373,16 @@ def server_path(entry: dict, out: Path, policy: Path, ids: list[int]) -> None:
     entry["server_exit"] = server.returncode
 
 
-PATHS = ("grpo_lora_top_p", "rloo_lora", "trl_full", "rest", "evaluation", "unit_test_writer", "server")
+PATHS = (
+    "grpo_lora_top_p",
+    "rloo_lora",
+    "grpo_repair",
+    "trl_full",
+    "rest",
+    "evaluation",
+    "unit_test_writer",
+    "server",
+)
 
 
 def main(out: Path, only: tuple[str, ...] = PATHS) -> None:
@@ -389,6 +407,22 @@ def main(out: Path, only: tuple[str, ...] = PATHS) -> None:
             vllm_importance_sampling_correction=True,
         ),
         "rloo_lora": lambda e: rl_path(e, out, world, policy, ids, "rloo_lora", algorithm="rloo", top_p=1.0),
+        # Repair episodes (#35): every first program gets feedback (a threshold no correctness
+        # reaches), so every sequence holds two sampled turns and an environment block between.
+        "grpo_repair": lambda e: rl_path(
+            e,
+            out,
+            world,
+            policy,
+            ids,
+            "grpo_repair",
+            top_p=1.0,
+            vllm_importance_sampling_correction=True,
+            repair_max_turns=2,
+            repair_stop_when="passed",
+            repair_check="correctness",
+            repair_pass_threshold=2.0,
+        ),
         "trl_full": lambda e: stock_trl_full_path(e, out, policy, ids),
         "rest": lambda e: rest_path(e, out, world, policy, ids),
         "evaluation": lambda e: evaluation_path(e, out, world, policy, str(out / "grpo_lora_top_p" / "adapter")),
