@@ -266,3 +266,33 @@ def test_rest_trains_a_repaired_episode_s_final_program_after_its_conversation()
     trained = [t for t, m in zip(ex["input_ids"], ex["completion_mask"], strict=True) if m]
     assert tok.decode(trained, skip_special_tokens=True).strip() == "return 'yes'"
     assert tok.decode(ex["input_ids"], skip_special_tokens=True).count(HEADER) == 1
+
+
+def test_a_remembering_scorer_runs_a_final_program_once():
+    """A repair run scores an episode's final program in the loop and again through trl's reward
+    functions: the second score is the first, served without running the program again, in the
+    caller's order among programs it has not seen."""
+    from vprl.rewards.compose import RewardComposer, RewardConfig, RewardSpec
+    from vprl.train.rollouts.scorer import ProgramScorer
+
+    class Runner:
+        def __init__(self):
+            self.ran: list[str] = []
+
+        def run(self, pairs, progress=False):
+            self.ran += [p for _, p in pairs]
+            return [_result("ok" if "yes" in p else "runtime_error", answer="yes", error="E") for _, p in pairs]
+
+    runner = Runner()
+    composer = RewardComposer(RewardConfig((RewardSpec("correctness"),)))
+    scorer = ProgramScorer(runner, composer, remember=8)
+    examples = [Example(f"e{i}", "shapes", "vqa", "q?", "img.png", answers=("yes",)) for i in range(3)]
+    first = scorer.score(examples[:2], ["return 'yes'", "boom"])
+    again = scorer.score([examples[2], examples[1], examples[0]], ["return 'yes'", "boom", "return 'yes'"])
+    assert runner.ran == ["return 'yes'", "boom", "return 'yes'"]  # only e2's program is new
+    assert again.rewards.totals == [1.0, first.rewards.totals[1], 1.0]
+    assert again.rewards.components == {"correctness": [1.0, None, 1.0]}
+    assert [r.status for r in again.results] == ["ok", "runtime_error", "ok"]
+    plain = ProgramScorer(runner, composer)  # remembers nothing: runs every time
+    plain.score(examples[:1], ["return 'yes'"])
+    assert runner.ran[-1] == "return 'yes'" and len(runner.ran) == 4

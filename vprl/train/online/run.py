@@ -53,7 +53,9 @@ def build_trainer(
         keep_traces=cfg.rewards.rollout_traces,
     )
     examples = {p.example.id: p.example for p in prompted}
-    scorer = ProgramScorer(runner, composer)
+    # A repair run scores each final program in the episode loop and again through the reward
+    # functions: the second time is served from memory (a few steps' programs).
+    scorer = ProgramScorer(runner, composer, remember=4096 if cfg.repair.enabled else 0)
     adapter = TrlRewardAdapter(
         scorer,
         examples,
