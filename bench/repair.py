@@ -1,0 +1,335 @@
+"""Does learned repair pay? (#35) The miniature over several seeds, three GRPO runs per seed with the
+same budget (steps, questions and samples per step). Prints figures; asserts nothing.
+
+    python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.15]
+
+Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
+its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), then:
+
+- `single`: the quickstart recipe (correctness reward), one program per question;
+- `repair`: the same reward over two-turn episodes: a program that fails to run or fails its visual
+  unit tests is shown its error, its tool calls and the failed tests, and written again (the
+  unit-test reward at weight 0 gives the check; no verdict: the evaluation could not show one);
+- `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
+  copy of the world whose every answer is a sentinel, withheld at load time; every file of the run
+  is searched for the sentinel afterwards.
+
+Every run's policy is evaluated before and after RL on the evaluation world's training-family
+questions never trained on (`configs/eval/shapes_repair.yaml`), at two program executions per
+question at most: one greedy program; majority of 2 samples; best of 2 by unit tests (ViUniT's
+selection); untrained re-prompting with the failed tests, one round (ViUniT's); two-turn repair.
+
+Figures, with 95 % intervals from a two-level bootstrap (seeds, then questions;
+`vprl.train.evaluation.gains`): the repair run's two-turn repair against the single run's best of 2,
+against its majority of 2 and against its untrained re-prompting; each arm's gain (after - before)
+in its own mode; the label-free repair gain as a share of the labelled one; the mean executions per
+question in each mode; the repair rate per step (metrics.jsonl), plotted to `<out>/repair_rate.png`.
+Records go to `<out>/runs.jsonl` (an interrupted call resumes), figures to `<out>/repair.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.learning import settings_of, step_seconds  # noqa: E402
+from vprl.data.shapes.tasks import load_shapes_tasks  # noqa: E402
+from vprl.train.evaluation.gains import paired_gain, question_scores, share_of_gain  # noqa: E402
+from vprl.train.evaluation.seen import seen_queries, split_seen  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+EVAL_CONFIG = REPO / "configs/eval/shapes_repair.yaml"
+UNSEEN = "shapes:val-unseen"
+SENTINEL = "zq-sentinel-answer-3517"
+EPISODES = (
+    "--repair_max_turns 2 --repair_stop_when passed --repair_check unit_tests --repair_feedback error,trace,unit_tests"
+)
+UNIT_TESTS = {"num_tests": 5, "sampler": "balanced", "compile_penalty": 1.0, "runtime_penalty": 0.5}
+ARMS = {
+    "single": (REPO / "configs/quickstart.yaml", ""),
+    "repair": (
+        REPO / "configs/quickstart.yaml",
+        EPISODES
+        + " --rewards '"
+        + json.dumps(
+            [{"name": "correctness", "weight": 1.0}, {"name": "unit_tests", "weight": 0.0, "settings": UNIT_TESTS}]
+        )
+        + "'",
+    ),
+    "repair_label_free": (REPO / "configs/quickstart_label_free.yaml", EPISODES + " --dataset_labels false"),
+}
+MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "repair")
+
+
+def policy_for(seed: int, args: argparse.Namespace) -> Path:
+    from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
+
+    # 1024 positions: an episode (prompt, two programs, a feedback block) outgrows the default 512. The
+    # tiny Llama's positions are rotary, so this changes no weight, only what fits. repair_share 0
+    # keeps the quickstart's own policy (the same cache key).
+    more = {"repair_share": args.repair_share, "context": 1024} if args.repair_share else {"context": 1024}
+    return ensure_tiny_policy(BootstrapConfig(out=str(Path(args.out) / f"policy_seed{seed}"), seed=seed, **more))
+
+
+def sentinel_world(policy: Path) -> Path:
+    """A copy of the policy's training world whose every question answers the sentinel."""
+    world = policy.parent / f"{policy.name}_sentinel_world"
+    if (world / "manifest.json").is_file():
+        return world
+    shutil.copytree(policy / "world", world, dirs_exist_ok=True)
+    for path in (world / "gqa").glob("*_questions.json"):
+        rows = json.loads(path.read_text())
+        for row in rows.values():
+            row["answer"], row["fullAnswer"] = SENTINEL, f"The answer is {SENTINEL}."
+        path.write_text(json.dumps(rows))
+    return world
+
+
+def leaks(run_dir: Path) -> list[str]:
+    return [str(p) for p in run_dir.rglob("*") if p.is_file() and SENTINEL.encode() in p.read_bytes()]
+
+
+def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
+    from vprl.train.quickstart import main as quickstart
+
+    recipe, rl_args = ARMS[arm]
+    if arm == "repair_label_free":
+        rl_args += f" --dataset_root {sentinel_world(policy)}"
+    started = time.time()
+    report = quickstart(
+        [
+            "--seed", str(seed),
+            "--model_name_or_path", str(policy),
+            "--skip_bootstrap", "true",
+            "--out", str(Path(args.out) / f"seed{seed}"),
+            "--rl_config", str(recipe),
+            "--rl_args", f"{rl_args} --report_to none",
+            "--run_name", arm,
+            "--max_steps", str(args.max_steps),
+            "--eval_config", str(EVAL_CONFIG),
+            "--eval_world", str(Path(args.out) / "shapes_eval"),
+        ]
+    )  # fmt: skip
+    run_dir = Path(report["run_dir"])
+    labels = {name: _label(report, name) for name in MODES}
+    return {
+        "seed": seed,
+        "arm": arm,
+        "max_steps": args.max_steps,
+        "repair_share": args.repair_share,
+        "recipe": settings_of(recipe) + " " + rl_args,
+        "eval_config": settings_of(EVAL_CONFIG),
+        "started": started,
+        "timing": report["timing"],
+        "rl_step_s": step_seconds(str(run_dir)),
+        "run_dir": str(run_dir),
+        "predictions": str(report["paths"]["predictions"]),
+        "seen_from": str(policy / "world"),
+        "labels": labels,
+        "repair_curve": _repair_curve(run_dir),
+        "leaks": leaks(run_dir) if arm == "repair_label_free" else None,
+    }
+
+
+def _label(report: dict, name: str) -> str:
+    """The report's row label of a mode (`ModeConfig.label`), found by its name's settings."""
+    from vprl.train.evaluation.pipeline import EvalConfig
+    from vprl.train.evaluation.plan import mode_configs
+    from vprl.train.recipe.parsing import parse_config
+
+    (cfg,) = parse_config([EvalConfig], ["--config", str(EVAL_CONFIG)])
+    by_name = {m.name: m.label for m in mode_configs(cfg)}
+    if by_name[name] not in next(iter(report["results"].values())):
+        raise KeyError(f"mode {name} ({by_name[name]}) is not in the evaluation's results")
+    return by_name[name]
+
+
+def _executions(predictions: str, labels: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Mean program executions per unseen question (`attempts`) per policy and mode."""
+    sums: dict[tuple[str, str], list[int]] = {}
+    names = {label: name for name, label in labels.items()}
+    with open(predictions, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if row["mode"] in names and row["dataset"] == UNSEEN:
+                sums.setdefault((row["policy"], names[row["mode"]]), []).append(int(row.get("attempts") or 1))
+    out: dict[str, dict[str, float]] = {}
+    for (policy, mode), counts in sums.items():
+        out.setdefault(policy, {})[mode] = statistics.mean(counts)
+    return out
+
+
+def _repair_curve(run_dir: Path) -> list[tuple[int, float]]:
+    out = []
+    with open(run_dir / "metrics.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if "repair/repair_rate" in row:
+                out.append((int(row["step"]), float(row["repair/repair_rate"])))
+    return out
+
+
+def unseen_scores(run: dict, eval_world: Path, mode: str, policy: str) -> dict[str, float]:
+    tasks = load_shapes_tasks(eval_world, ["val"])
+    data = split_seen({"shapes:val": tasks["val"]}, ["shapes:val"], seen_queries(run["seen_from"]))
+    return question_scores(run["predictions"], data[UNSEEN], policy, run["labels"][mode], dataset=UNSEEN)
+
+
+def summarize(runs: list[dict], eval_world: Path) -> dict:
+    by_arm = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in ARMS}
+    seeds = sorted({r["seed"] for r in runs})
+    if any([r["seed"] for r in rs] != seeds for rs in by_arm.values() if rs):
+        raise ValueError(
+            f"every arm needs every seed {seeds}: { ({a: [r['seed'] for r in rs] for a, rs in by_arm.items()}) }"
+        )
+
+    def scores(arm: str, mode: str, policy: str = "after_rl") -> list[dict[str, float]]:
+        return [unseen_scores(r, eval_world, mode, policy) for r in by_arm[arm]]
+
+    summary: dict = {"seeds": seeds, "comparisons": {}, "gains": {}, "accuracy": {}, "executions": {}}
+    if by_arm["repair"] and by_arm["single"]:
+        repaired = scores("repair", "repair")
+        for mode in ("unit_test_select", "majority", "reprompt_tests", "single"):
+            summary["comparisons"][f"repair run, 2-turn repair − single run, {mode}"] = paired_gain(
+                scores("single", mode), repaired
+            ).to_json()
+    for arm, rs in by_arm.items():
+        if not rs:
+            continue
+        own = "single" if arm == "single" else "repair"
+        summary["gains"][arm] = paired_gain(scores(arm, own, "before_rl"), scores(arm, own)).to_json()
+        summary["accuracy"][arm] = {
+            mode: {
+                policy: statistics.mean(statistics.mean(s.values()) for s in scores(arm, mode, policy))
+                for policy in ("before_rl", "after_rl")
+            }
+            for mode in MODES
+        }
+        summary["executions"][arm] = {
+            mode: statistics.mean(_executions(r["predictions"], r["labels"])["after_rl"][mode] for r in rs)
+            for mode in MODES
+        }
+        curves = [r["repair_curve"] for r in rs if r["repair_curve"]]
+        if curves:
+            summary.setdefault("repair_rate", {})[arm] = _curve_summary(curves)
+    if by_arm["repair"] and by_arm["repair_label_free"]:
+        labelled = (scores("repair", "repair", "before_rl"), scores("repair", "repair"))
+        free = (scores("repair_label_free", "repair", "before_rl"), scores("repair_label_free", "repair"))
+        summary["label_free_share"] = share_of_gain(labelled, free).to_json()
+        summary["leaks"] = [p for r in by_arm["repair_label_free"] for p in (r["leaks"] or [])]
+    return summary
+
+
+def _curve_summary(curves: list[list[tuple[int, float]]], window: int = 20) -> dict:
+    """Per seed: the repair rate over the first and the last `window` steps (mean), and the lowest
+    mean of any `window` consecutive steps after the first window (a collapse shows there)."""
+    rows = []
+    for curve in curves:
+        rates = [r for _, r in curve]
+        means = [statistics.mean(rates[i : i + window]) for i in range(0, max(len(rates) - window + 1, 1))]
+        rows.append({"first": means[0], "last": means[-1], "lowest_after_first": min(means[1:] or means)})
+    return {"per_seed": rows, "last_mean": statistics.mean(r["last"] for r in rows)}
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for r in runs:
+        if not r["repair_curve"]:
+            continue
+        steps, rates = zip(*r["repair_curve"])
+        smooth = [statistics.mean(rates[max(0, i - 9) : i + 1]) for i in range(len(rates))]
+        style = "-" if r["arm"] == "repair" else "--"
+        ax.plot(steps, smooth, style, label=f"{r['arm']} seed {r['seed']}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("repair rate (10-step mean)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def markdown(summary: dict) -> str:
+    def cell(g: dict) -> str:
+        return f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f} [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]"
+
+    lines = [f"seeds {summary['seeds']}; points on unseen training-family questions: mean ± std [95 % interval]", ""]
+    lines += ["| comparison | points |", "|---|---|"]
+    lines += [f"| {name} | {cell(g)} |" for name, g in summary["comparisons"].items()]
+    lines += [f"| {arm}: gain after RL (own mode) | {cell(g)} |" for arm, g in summary["gains"].items()]
+    lines += ["", "| arm | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
+    for arm, by_mode in summary["accuracy"].items():
+        cells = [
+            f"{100 * v['before_rl']:.1f}→{100 * v['after_rl']:.1f} ({summary['executions'][arm][m]:.2f} runs)"
+            for m, v in by_mode.items()
+        ]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    for arm, rate in summary.get("repair_rate", {}).items():
+        per = "; ".join(
+            f"{100 * r['first']:.0f}→{100 * r['last']:.0f} % (lowest {100 * r['lowest_after_first']:.0f} %)"
+            for r in rate["per_seed"]
+        )
+        lines.append(f"\nrepair rate of {arm}, first → last 20 steps per seed: {per}")
+    if "label_free_share" in summary:
+        s = summary["label_free_share"]
+        lines.append(
+            f"\nlabel-free repair gain as a share of the labelled one: {100 * s['mean']:.0f} % "
+            f"[{100 * s['low']:.0f}, {100 * s['high']:.0f}]; files holding the sentinel: {len(summary['leaks'])}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default: 0,1,2)")
+    parser.add_argument("--max_steps", type=int, default=250, help="RL steps of every run (default: 250)")
+    parser.add_argument("--out", default="runs/repair", help="folder of the policies, runs and figures")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {', '.join(ARMS)}")
+    parser.add_argument(
+        "--repair_share", type=float, default=0.15, help="the bootstrap's share of repair examples (default: 0.15)"
+    )
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if [a for a in arms if a not in ARMS]:
+        parser.error(f"--arms: unknown {[a for a in arms if a not in ARMS]}; valid: {list(ARMS)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs_file = out / "runs.jsonl"
+    done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
+    wanted = dict(max_steps=args.max_steps, repair_share=args.repair_share, eval_config=settings_of(EVAL_CONFIG))
+    runs = [r for r in done if r["seed"] in seeds and r["arm"] in arms and all(r[k] == v for k, v in wanted.items())]
+    for seed in seeds:
+        policy = policy_for(seed, args)
+        for arm in arms:
+            if any(r["seed"] == seed and r["arm"] == arm for r in runs):
+                continue  # measured by an earlier, interrupted call
+            if any(r["seed"] == seed and r["arm"] == arm for r in done):  # its checkpoints would be resumed
+                sys.exit(f"repair: {out / f'seed{seed}' / arm} was trained with other settings; move it away first")
+            run = run_arm(seed, arm, policy, args)
+            runs.append(run)
+            with open(runs_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps(run) + "\n")
+    summary = summarize(runs, out / "shapes_eval")
+    summary.update(max_steps=args.max_steps, repair_share=args.repair_share)
+    (out / "repair.json").write_text(json.dumps(summary, indent=2))
+    plot(runs, out / "repair_rate.png")
+    print("\n" + markdown(summary))
+    print(f"\nrecords: {runs_file}; figures: {out / 'repair.json'}; plot: {out / 'repair_rate.png'}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
