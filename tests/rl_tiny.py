@@ -44,15 +44,12 @@ def build_policy(
     seed: int = 0,
     tail: str | None = None,
     num_heads: int = 4,
-    repair: bool = False,
 ) -> Path:
     """A 2-layer Llama (hidden 64) with `vprl.train.policy.tiny`'s BPE tokenizer trained on the world's
     prompts and gold programs, fitted briefly on them; saved as a model folder. With `tail`, every
     other program is followed by `tail` instead of EOS, as a code LLM writes on past the function
     (the next query), so that the stop sequences have something to cut. `num_heads` 2 gives heads of
-    32 dimensions, the smallest vLLM's CPU attention supports (the default 4 gives 16). With `repair`,
-    each question also comes as a repair conversation (`repair_pair`): a broken program, its error
-    as feedback, and the gold program after it."""
+    32 dimensions, the smallest vLLM's CPU attention supports (the default 4 gives 16)."""
     import torch
 
     from vprl.data.shapes import load_gold_programs
@@ -68,8 +65,6 @@ def build_policy(
         prompt = template.build(ex.query)
         body = gold[ex.query].split("\n", 1)[1]  # the body after `def execute_command(image):`
         pairs.append((prompt, "\n" + body))
-        if repair:
-            pairs.append(repair_pair(prompt, body))
     fast = train_tokenizer([p + c + (tail or "") for p, c in pairs] * 3, vocab_size=500, context=1024)
     sizes = TinyModelConfig(
         vocab_size=500, hidden_size=64, num_layers=2, num_heads=num_heads, intermediate_size=128, context=1024
@@ -103,27 +98,6 @@ def build_policy(
     model.save_pretrained(str(out))
     fast.save_pretrained(str(out))
     return out
-
-
-def repair_pair(prompt: str, body: str) -> tuple[str, str]:
-    """(prompt, its gold body broken by a dropped closing bracket, the error it raises as feedback
-    and the signature again; the gold body): a repair conversation's second turn to learn."""
-    from vprl.executor.program import describe_error
-    from vprl.executor.results import ExecutionResult
-    from vprl.rewards.feedback import FeedbackConfig, turn_feedback
-    from vprl.train.prompts.conversation import conversation_text, signature_of
-
-    signature = signature_of(prompt)
-    at = body.rindex(")")
-    broken = "\n" + body[:at] + body[at + 1 :]
-    try:
-        compile(f"{signature}{broken}", "<program>", "exec")
-        raise AssertionError(f"the broken body parses: {broken!r}")
-    except SyntaxError as exc:
-        error = describe_error(exc)
-    result = ExecutionResult(example_id="", program_key="", status="syntax_error", error=error)
-    feedback = turn_feedback(FeedbackConfig(), result, {})
-    return conversation_text(prompt, [broken], [feedback]), "\n" + body
 
 
 def write_recipe(path: Path, **values) -> Path:

@@ -29,7 +29,7 @@ TURNS = 2
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("repair")
     world = build_world(root / "world")
-    return world, build_policy(root / "policy", world, fit_steps=150, repair=True)
+    return world, build_policy(root / "policy", world, fit_steps=60)
 
 
 def _recipe(tmp_path: Path, assets, **values) -> Path:
