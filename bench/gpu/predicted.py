@@ -16,6 +16,7 @@ def layout(ctx: Context) -> None:
     from vprl.executor.tools.stack import read_tool_stack
     from vprl.train.recipe import layout as check
     from vprl.train.recipe.prompt_length import measure
+    from vprl.train.recipe.sections import RepairArgs
 
     policy_dir = ctx.need("policy_dir", "policy")
     s = shape(ctx)
@@ -24,6 +25,7 @@ def layout(ctx: Context) -> None:
                                torch_dtype="bfloat16"),
         training=SimpleNamespace(per_device_train_batch_size=s["micro_batch"], max_completion_length=s["completion"],
                                  activation_checkpointing=bool(ctx.recipe.get("activation_checkpointing"))),
+        repair=RepairArgs(),  # the step trains one program per question
     )  # fmt: skip
     prompt = measure(ctx.need("prompts", "world"), str(policy_dir))  # the step's own prompts, by its tokenizer
     policy = check.policy_component(cfg, prompt)
