@@ -297,8 +297,6 @@ def sft(model, tokenizer, pairs: list[SFTPair], cfg: BootstrapConfig, work: Path
         seed=cfg.seed,
         data_seed=cfg.seed,
         dataloader_num_workers=0,
-        # repair pairs are several times longer: batched by length, the others are not padded to them
-        **({"train_sampling_strategy": "group_by_length"} if cfg.repair_share > 0 else {}),
         disable_tqdm=False,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
