@@ -1,14 +1,11 @@
 """How promising a bootstrapped policy is for RL, per question family: greedy accuracy, the mean
 accuracy of k samples, pass@k (some sample is right), and the gold program's accuracy with the
 same tools (the ceiling). Programs run in the sandboxed executor and are scored by the
-correctness reward, as in training. A policy trained on repair examples (`repair_share`) is also
-measured as a repair episode's second turn: for the greedy first programs that were wrong, the share
-whose greedy second program, written after the real feedback, is right (`repair_figure`).
+correctness reward, as in training.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +17,6 @@ from vprl.executor.runner import RunnerConfig, SyncRunner
 from vprl.rewards.build import build_rewards
 from vprl.rewards.compose import RewardConfig
 from vprl.train.prompts import PromptConfig, PromptTemplate, completion_to_program
-from vprl.train.prompts.conversation import conversation_text, signature_of
-from vprl.train.repair.turns import EpisodeLoop, RepairConfig
 from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.sampling.generator import policy_sampling
 from vprl.train.sampling.hf import HFGenerator
@@ -41,20 +36,17 @@ class PolicyEval:
     k: int
     families: dict[str, FamilyScore]
     overall: FamilyScore
-    repair: dict[str, Any] | None = None  # `repair_figure`'s, where the policy learned repair
 
     def to_json(self) -> dict[str, Any]:
         return {
             "k": self.k,
             "overall": asdict(self.overall),
             "families": {f: asdict(s) for f, s in self.families.items()},
-            **({"repair": self.repair} if self.repair is not None else {}),
         }
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> PolicyEval:
-        families = {f: FamilyScore(**s) for f, s in row["families"].items()}
-        return cls(row["k"], families, FamilyScore(**row["overall"]), row.get("repair"))
+        return cls(row["k"], {f: FamilyScore(**s) for f, s in row["families"].items()}, FamilyScore(**row["overall"]))
 
 
 def tool_backend(tools: str, root: Path):
@@ -92,14 +84,10 @@ def evaluate_policy(model, tokenizer, examples: list[Example], gold: dict[str, s
     for e, p, g, s in zip(examples, prompts, greedy, samples, strict=True):
         jobs += [(e, completion_to_program(p, c)) for c in g + s] + [(e, gold[e.query])]
     backend = tool_backend(cfg.tool_stack, root)
-    repair = None
     with SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.executor_slots, sandbox=cfg.executor_sandbox)) as runner:
         batch = ProgramScorer(runner, build_rewards(RewardConfig())).score(
             [j[0] for j in jobs], [j[1] for j in jobs], progress=True
         )
-        if getattr(cfg, "repair_share", 0) > 0:
-            first = [jobs[i * (k + 2)][1] for i in range(len(examples))]
-            repair = repair_figure(generator, runner, examples, prompts, first, cfg.max_completion_length)
     scores = [c if c is not None else 0.0 for c in batch.rewards.components["correctness"]]
     per = k + 2
     families: dict[str, list[int]] = {}
@@ -110,28 +98,7 @@ def evaluate_policy(model, tokenizer, examples: list[Example], gold: dict[str, s
         fam_scores = [s for i in idx for s in scores[i * per : (i + 1) * per]]
         out[family] = FamilyScore(len(idx), *(round(v, 4) for v in _score(fam_scores, len(idx), k)))
     overall = FamilyScore(len(examples), *(round(v, 4) for v in _score(scores, len(examples), k)))
-    return PolicyEval(k, out, overall, repair)
-
-
-def repair_figure(
-    generator, runner, examples: Sequence[Example], prompts: Sequence[str], first: Sequence[str], max_new_tokens: int
-) -> dict[str, Any]:
-    """Two-turn greedy episodes from the first programs `first` (one per example), with the
-    feedback a labelled repair run shows (`repair_pairs.REPAIR_FEEDBACK`): how many first programs
-    were wrong (or failed), and the share of those whose second program is right."""
-    from vprl.train.bootstrap.repair_pairs import REPAIR_FEEDBACK, body
-
-    greedy = policy_sampling(temperature=0, max_new_tokens=max_new_tokens)
-
-    def next_programs(rows: list[int], feedbacks: list) -> list[str]:
-        texts = [conversation_text(prompts[i], [body(first[i])], [fb]) for i, fb in zip(rows, feedbacks, strict=True)]
-        outs = generator.generate(texts, greedy)
-        return [completion_to_program(signature_of(prompts[i]), c[0]) for i, c in zip(rows, outs, strict=True)]
-
-    loop = EpisodeLoop(ProgramScorer(runner, build_rewards(RewardConfig())), RepairConfig(2, 0.0, REPAIR_FEEDBACK))
-    second = [e.turns[1] for e in loop.run(examples, first, next_programs) if len(e.turns) == 2]
-    repaired = sum((t.components.get("correctness") or 0.0) >= 1.0 for t in second)
-    return {"first_wrong": len(second), "repaired": round(repaired / len(second), 4) if second else None}
+    return PolicyEval(k, out, overall)
 
 
 def format_table(result: PolicyEval) -> str:
@@ -141,10 +108,5 @@ def format_table(result: PolicyEval) -> str:
         lines.append(
             f"{name:<22}{s.n:>5}{100 * s.greedy:>8.1f}%{100 * s.sampled:>8.1f}%{100 * s.pass_at_k:>8.1f}%"
             f"{100 * s.gold:>7.1f}%"
-        )
-    if result.repair and result.repair["first_wrong"]:
-        r = result.repair
-        lines.append(
-            f"repair: {100 * r['repaired']:.1f}% of {r['first_wrong']} wrong greedy programs right after feedback"
         )
     return "\n".join(lines)
