@@ -77,17 +77,31 @@ def test_a_label_free_run_refuses_the_verdict():
 
 
 def test_the_gold_answer_never_appears_in_feedback():
-    """Whatever the program did, the message is built from its own run: a planted reference answer
-    that no program produced is never in it, for every status and every part."""
-    example = Example("e1", "shapes", "vqa", "What color is the circle?", "img.png", answers=(SENTINEL,))
-    config = FeedbackConfig(stop_when="passed", check="correctness", show=("error", "trace", "verdict"))
-    tests = [{"caption": "a red circle", "expected": "red", "status": "ok", "answer": "blue", "score": 0.0}]
-    for status in ("ok", "runtime_error", "syntax_error", "timeout", "bad_return"):
-        for correctness in (0.0, 0.5):
-            result = _result(status, answer="blue" if status == "ok" else None, error="E: boom (line 2)")
-            fb = turn_feedback(config, result, {"correctness": correctness}, tests)
-            assert fb is not None and SENTINEL not in fb.text and SENTINEL not in json.dumps(fb.to_json())
-    assert SENTINEL in json.dumps(example.to_json())  # the sentinel is there to leak
+    """Episodes through the loop, a scorer and the real correctness reward, which reads the
+    examples' reference answers: a planted answer no program produced reaches neither a feedback
+    message (every status, every part, the verdict included) nor an episode's record."""
+    from vprl.rewards.compose import RewardComposer, RewardConfig, RewardSpec
+    from vprl.train.rollouts.scorer import ProgramScorer
+
+    statuses = ["ok", "runtime_error", "syntax_error", "timeout", "bad_return"]
+
+    class Runner:
+        def run(self, pairs, progress=False):
+            return [_result(p, answer="blue" if p == "ok" else None, error="E: boom (line 2)") for _, p in pairs]
+
+    composer = RewardComposer(RewardConfig((RewardSpec("correctness"),)))
+    config = RepairConfig(3, 0.0, FeedbackConfig("passed", "correctness", show=("error", "trace", "verdict")))
+    examples = [Example(f"e{i}", "shapes", "vqa", "What color?", "img.png", answers=(SENTINEL,)) for i in range(5)]
+    shown: list[Feedback] = []
+
+    def next_programs(rows, feedbacks):
+        shown.extend(feedbacks)
+        return [statuses[(i + 1) % len(statuses)] for i in rows]
+
+    episodes = EpisodeLoop(ProgramScorer(Runner(), composer), config).run(examples, statuses, next_programs)
+    assert {p for fb in shown for p in fb.parts} == {"error", "trace", "verdict"}  # every part was shown
+    assert all(SENTINEL not in json.dumps(fb.to_json()) for fb in shown)
+    assert all(SENTINEL not in json.dumps(e.to_json()) for e in episodes)
 
 
 def test_a_long_trace_is_cut_to_the_feedback_budget():

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from vprl.data.records import Example
-from vprl.executor.program import ENTRY
 from vprl.executor.results import ExecutionResult
 from vprl.rewards.compose import RewardBatch
 from vprl.rewards.feedback import Feedback, FeedbackConfig
@@ -33,7 +32,7 @@ from vprl.train.evaluation.judge import failed_tests_line
 from vprl.train.evaluation.metrics import Prediction
 from vprl.train.evaluation.mode_config import EvalContext, ModeConfig, UnitTestJudge, _need_judge, _run
 from vprl.train.prompts import PreviousAttempt, completion_to_program
-from vprl.train.prompts.conversation import RepairFormat, signature_of
+from vprl.train.prompts.conversation import RepairFormat, body_of, signature_of
 from vprl.train.repair.episode import Episode, Turn
 from vprl.train.repair.turns import EpisodeLoop, RepairConfig
 
@@ -157,16 +156,6 @@ class _Writer:
         if result.status != "ok":
             return result.error or result.status
         return "it did not pass its checks"
-
-
-def body_of(program: str) -> str:
-    """The program's text after its entry point's `def` line (what the policy wrote after the
-    signature), starting with a newline; the whole program indented when it has no such line."""
-    lines = program.rstrip("\n").split("\n")
-    at = next((k for k, line in enumerate(lines) if line.startswith(f"def {ENTRY}")), None)
-    if at is None:
-        return "\n" + "\n".join("    " + line if line.strip() else line for line in lines)
-    return "\n" + "\n".join(lines[at + 1 :])
 
 
 def _chosen(episode: Episode, keep: str) -> Turn:

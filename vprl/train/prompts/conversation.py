@@ -41,6 +41,11 @@ def feedback_comment(feedback: Feedback) -> str:
     return "\n".join(lines)
 
 
+def plain_block(feedback: Feedback, signature: str) -> str:
+    """A plain frame's block after the newline that ends a program: the comment, the signature."""
+    return f"{feedback_comment(feedback)}\n{signature}"
+
+
 def signature_of(prompt: str) -> str:
     """The entry point's `def` line a prompt ends with (plain frame) or its model turn opens with
     (chat frame: the framing moves it there)."""
@@ -65,11 +70,9 @@ class RepairFormat:
     ) -> str:
         """`after_newline`: the program's text already ends with a newline. Either way the text reads
         the same: the body, one newline, the header (`conversation_text`)."""
-        comment = feedback_comment(feedback)
         if self.style == "plain":
-            lead = "" if after_newline else "\n"
-            return f"{lead}{comment}\n{signature}"
-        return self._chat_block(comment, after_turn_end) + signature
+            return ("" if after_newline else "\n") + plain_block(feedback, signature)
+        return self._chat_block(feedback_comment(feedback), after_turn_end) + signature
 
     def block_ids(
         self, feedback: Feedback, signature: str, after_turn_end: bool = True, after_newline: bool = False
@@ -97,6 +100,16 @@ class RepairFormat:
         return after
 
 
+def body_of(program: str) -> str:
+    """The program's text after its entry point's `def` line (what the policy wrote after the
+    signature), starting with a newline; the whole program indented when it has no such line."""
+    lines = program.rstrip("\n").split("\n")
+    at = next((k for k, line in enumerate(lines) if line.startswith(f"def {ENTRY}")), None)
+    if at is None:
+        return "\n" + "\n".join("    " + line if line.strip() else line for line in lines)
+    return "\n" + "\n".join(lines[at + 1 :])
+
+
 def conversation_text(prompt: str, bodies: list[str], feedbacks: list[Feedback]) -> str:
     """A plain-framed episode as text, for a context built from programs rather than sampled tokens
     (the evaluation's repair mode, the bootstrap's repair examples): the prompt, each body (what
@@ -109,7 +122,7 @@ def conversation_text(prompt: str, bodies: list[str], feedbacks: list[Feedback])
     for k, body in enumerate(bodies):
         text += body.rstrip("\n")
         if k < len(feedbacks):
-            text += f"\n{feedback_comment(feedbacks[k])}\n{signature}"
+            text += "\n" + plain_block(feedbacks[k], signature)
     return text
 
 

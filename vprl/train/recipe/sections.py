@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vprl.executor.settings import ExecutorArgs  # noqa: F401  (the recipe's executor section, shared)
+from vprl.rewards.feedback import FeedbackConfig
 from vprl.train.prompts import PromptConfig
 from vprl.train.prompts.conversation import episode_tokens
 from vprl.train.recipe.parsing import ConfigError
+from vprl.train.repair.turns import RepairConfig
 from vprl.train.sampling.generator import PAPER_SAMPLING, SamplingSettings, policy_sampling
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -203,11 +205,8 @@ class RepairArgs:
         """What one sampled sequence holds at most: a program, or a whole episode with repair."""
         return episode_tokens(self.repair_max_turns, max_completion_length)
 
-    def config(self) -> Any:
+    def config(self) -> RepairConfig:
         """The `RepairConfig` the episode loop takes; a bad value raises ConfigError naming its key."""
-        from vprl.rewards.feedback import FeedbackConfig
-        from vprl.train.repair.turns import RepairConfig
-
         try:
             shown = tuple(self.repair_feedback) if self.repair_feedback else FeedbackConfig.show
             feedback = FeedbackConfig(

@@ -18,18 +18,12 @@ from vprl.data.records import Example
 from vprl.executor.program import program_key
 from vprl.rewards.feedback import Feedback
 from vprl.train.prompts import completion_to_program
-from vprl.train.prompts.conversation import conversation_text, signature_of
+from vprl.train.prompts.conversation import body_of, conversation_text, signature_of
 from vprl.train.repair.episode import Episode
 from vprl.train.repair.turns import EpisodeLoop, RepairConfig, episode_reward
 from vprl.train.rollouts.log import RolloutRow
 from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.sampling.generator import Generator, SamplingSettings
-
-
-def body_after_signature(program: str) -> str:
-    """What the policy wrote after the signature: the program without its `def` line."""
-    head, sep, body = program.partition("\n")
-    return "\n" + body if sep and head.startswith("def ") else "\n" + program
 
 
 def sample_episodes(
@@ -49,7 +43,7 @@ def sample_episodes(
     later turn sampled once from the conversation so far. Returns a row per episode (its final
     program, its reward), the SFT context of each final program (None: the prompt itself) and the
     episodes."""
-    bodies = [[body_after_signature(p)] for p in first]
+    bodies = [[body_of(p)] for p in first]
     shown: list[list[Feedback]] = [[] for _ in first]
     turn = [0]
 
@@ -66,7 +60,7 @@ def sample_episodes(
         out = []
         for i, cs in zip(rows, completions, strict=True):
             program = completion_to_program(signature_of(prompts[i]), cs[0])
-            bodies[i].append(body_after_signature(program))
+            bodies[i].append(body_of(program))
             out.append(program)
         return out
 
