@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.learning import settings_of, step_seconds  # noqa: E402
 from vprl.data.shapes.tasks import load_shapes_tasks  # noqa: E402
+from vprl.train.bootstrap.repair_pairs import REPAIR_FEEDBACK, UNIT_TESTS  # noqa: E402
 from vprl.train.evaluation.gains import paired_gain, question_scores, share_of_gain  # noqa: E402
 from vprl.train.evaluation.seen import seen_queries, split_seen  # noqa: E402
 
@@ -48,10 +49,11 @@ REPO = Path(__file__).resolve().parents[1]
 EVAL_CONFIG = REPO / "configs/eval/shapes_repair.yaml"
 UNSEEN = "shapes:val-unseen"
 SENTINEL = "zq-sentinel-answer-3517"
+# The episodes the bootstrap's repair examples show (the same feedback and unit tests).
 EPISODES = (
-    "--repair_max_turns 2 --repair_stop_when passed --repair_check unit_tests --repair_feedback error,trace,unit_tests"
+    f"--repair_max_turns 2 --repair_stop_when {REPAIR_FEEDBACK.stop_when} --repair_check {REPAIR_FEEDBACK.check}"
+    f" --repair_feedback {','.join(REPAIR_FEEDBACK.show)}"
 )
-UNIT_TESTS = {"num_tests": 5, "sampler": "balanced", "compile_penalty": 1.0, "runtime_penalty": 0.5}
 ARMS = {
     "single": (REPO / "configs/quickstart.yaml", ""),
     "repair": (
@@ -72,9 +74,8 @@ def policy_for(seed: int, args: argparse.Namespace) -> Path:
     from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
 
     # 1024 positions: an episode (prompt, two programs, a feedback block) outgrows the default 512. The
-    # tiny Llama's positions are rotary, so this changes no weight, only what fits. repair_share 0
-    # keeps the quickstart's own policy (the same cache key).
-    more = {"repair_share": args.repair_share, "context": 1024} if args.repair_share else {"context": 1024}
+    # tiny Llama's positions are rotary, so this changes no weight, only what fits.
+    more = {"repair_share": args.repair_share, "context": 1024}
     return ensure_tiny_policy(BootstrapConfig(out=str(Path(args.out) / f"policy_seed{seed}"), seed=seed, **more))
 
 

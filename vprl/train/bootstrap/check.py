@@ -36,17 +36,20 @@ class PolicyEval:
     k: int
     families: dict[str, FamilyScore]
     overall: FamilyScore
+    repair: dict[str, Any] | None = None  # `repair_pairs.repair_figure`'s, where the policy learned repair
 
     def to_json(self) -> dict[str, Any]:
         return {
             "k": self.k,
             "overall": asdict(self.overall),
             "families": {f: asdict(s) for f, s in self.families.items()},
+            **({"repair": self.repair} if self.repair is not None else {}),
         }
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> PolicyEval:
-        return cls(row["k"], {f: FamilyScore(**s) for f, s in row["families"].items()}, FamilyScore(**row["overall"]))
+        families = {f: FamilyScore(**s) for f, s in row["families"].items()}
+        return cls(row["k"], families, FamilyScore(**row["overall"]), row.get("repair"))
 
 
 def tool_backend(tools: str, root: Path):
@@ -108,5 +111,11 @@ def format_table(result: PolicyEval) -> str:
         lines.append(
             f"{name:<22}{s.n:>5}{100 * s.greedy:>8.1f}%{100 * s.sampled:>8.1f}%{100 * s.pass_at_k:>8.1f}%"
             f"{100 * s.gold:>7.1f}%"
+        )
+    r = result.repair
+    if r and r["got_feedback"]:
+        lines.append(
+            f"repair: of {r['got_feedback']} greedy programs given feedback, the greedy second passes "
+            f"{100 * r['passed']:.1f}% and is right {100 * r['right']:.1f}%"
         )
     return "\n".join(lines)

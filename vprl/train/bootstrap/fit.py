@@ -20,6 +20,10 @@ label-free adaptation starts from. Families there are the Winoground tag or Suga
 and the referral's kind (attribute, relation, position). The default (`vqa`) is the quickstart's
 policy, unchanged: the new keys at their defaults leave the cache key as it was.
 
+With `--repair_share S`, a share S of the pairs are repair examples (`repair_pairs.py`: a wrong
+program, the feedback of its real run, the gold after it) and the measurement adds how often the
+greedy policy's second program, written after that feedback, passes and is right.
+
 Everything lands in DIR: model and tokenizer (safetensors), `bootstrap.json` (config, seed,
 mixture, accuracies, timings) and the world it was trained on. Re-running with the same config
 finds `bootstrap.json` and returns at once; `ensure_tiny_policy(cfg)` is that for other scripts.
@@ -32,7 +36,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,8 @@ from vprl.data.shapes.mutations import mutate
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.train.bootstrap.check import PolicyEval, evaluate_policy, format_table
 from vprl.train.bootstrap.other_tasks import other_tasks, task_family
+from vprl.train.bootstrap.pairs import SFTPair, body
+from vprl.train.bootstrap.repair_pairs import add_repair_pairs, repair_figure, within_context
 from vprl.train.policy.tiny import TinyModelConfig, build_model, parameter_count, train_tokenizer
 from vprl.train.prompts import PromptConfig, PromptTemplate
 
@@ -67,7 +73,7 @@ VERSION = 1  # bump when the recipe changes so cached policies are rebuilt
 TASKS = ("vqa", "itm", "grounding")
 # Keys added after policies were cached: at these values they stay out of the cache key, so the
 # quickstart's policy keeps its key (and its documented figures).
-LATER_KEYS = {"tasks": ["vqa"], "world_winoground": 4, "world_sugarcrepe": 1, "world_refcoco": 4}
+LATER_KEYS = {"tasks": ["vqa"], "world_winoground": 4, "world_sugarcrepe": 1, "world_refcoco": 4, "repair_share": 0.0}
 
 
 # The names the cache key has always used for settings since renamed (docs/configs.md): a policy
@@ -107,6 +113,9 @@ class BootstrapConfig(TinyModelConfig):
         default=0.75, metadata={"help": "share of a weak family's mistakes that are its dominant one"}
     )
     copies: int = field(default=2, metadata={"help": "target programs drawn per training question"})
+    repair_share: float = field(
+        default=0.0, metadata={"help": "share of the pairs that are repair examples (repair_pairs.py)"}
+    )
     # supervised training
     epochs: float = field(default=3.0, metadata={"help": "passes over the mixture"})
     max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (-1: epochs decide)"})
@@ -141,6 +150,8 @@ class BootstrapConfig(TinyModelConfig):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"BootstrapConfig.{name} must be in [0, 1], got {value}")
+        if not 0 <= self.repair_share < 1:
+            raise ValueError(f"BootstrapConfig.repair_share must be in [0, 1), got {self.repair_share}")
         for name in (
             "world_train",
             "world_val",
@@ -172,26 +183,6 @@ class BootstrapConfig(TinyModelConfig):
         }
         data = {k: v for k, v in data.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
         return hashlib.sha256(json.dumps({"v": VERSION, **data}, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class SFTPair:
-    example_id: str
-    family: str
-    kind: str  # "gold" or a mutation kind
-    prompt: str
-    completion: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def body(program: str) -> str:
-    """The completion a bare prompt expects: the program after its `def` line."""
-    head, sep, rest = program.partition("\n")
-    if not head.startswith("def execute_command") or not sep:
-        raise ValueError(f"not a one-function program starting with its def line:\n{program}")
-    return "\n" + rest if rest.endswith("\n") else "\n" + rest + "\n"
 
 
 def plan_mixture(
@@ -340,9 +331,14 @@ def run(cfg: BootstrapConfig) -> dict[str, Any]:
         both = pairs + more
         pairs = [both[int(i)] for i in np.random.default_rng([cfg.seed, 2]).permutation(len(both))]
         plan.update(more_plan)
+    repair = None
+    if cfg.repair_share > 0:  # drawn with a generator of their own too
+        pairs, repair = add_repair_pairs(pairs, tasks["train"], gold, cfg, root, out)
     corpus = [p.prompt + p.completion for p in pairs]
     corpus += [PromptTemplate.from_config(PromptConfig(layout="bare")).build(e.query) for e in tasks["heldout"]]
     tokenizer = train_tokenizer(corpus, cfg.vocab_size, cfg.context)
+    if repair:
+        pairs, repair["too_long"] = within_context(pairs, tokenizer, cfg.context)
     model = build_model(tokenizer, cfg.model_config(), seed=cfg.seed)
     timings["data_s"] = time.perf_counter() - t
     n_params = parameter_count(model)
@@ -364,6 +360,11 @@ def run(cfg: BootstrapConfig) -> dict[str, Any]:
         for name, limit in (("val", cfg.eval_val), ("heldout", cfg.eval_heldout))
         if limit > 0
     }
+    if repair:
+        evals = {
+            name: replace(e, repair=repair_figure(model, tokenizer, tasks[name][: e.overall.n], root, out, cfg))
+            for name, e in evals.items()
+        }
     timings["eval_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     cpu = os.times()
@@ -377,6 +378,7 @@ def run(cfg: BootstrapConfig) -> dict[str, Any]:
         "vocabulary": len(tokenizer),
         "sft_pairs": len(pairs),
         "mixture": plan,
+        **({"repair_examples": repair} if repair else {}),
         "training": training,
         "evaluation": {name: e.to_json() for name, e in evals.items()},
         "timings": {k: round(v, 1) for k, v in timings.items()},

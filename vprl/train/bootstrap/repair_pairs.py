@@ -1,0 +1,209 @@
+"""Repair examples for the tiny policy's bootstrap (`BootstrapConfig.repair_share`): a wrong program,
+the feedback its real run gets, and the gold program after it.
+
+A repair pair's prompt is what a repair episode shows the policy before its second program (the
+plain frame of `vprl.train.prompts.conversation`: the bare prompt, the wrong body, the feedback
+block, the signature again); its completion is the gold body, so the SFT loss covers only the
+corrected program: the wrong program and the feedback are context.
+
+The wrong programs are the world's mutations of the gold program (`vprl.data.shapes.mutations`:
+they run and answer wrong) and, a `BROKEN_SHARE` of the time, one that does not run (`BREAKERS`: a
+method the API does not have, a dropped closing bracket). Each is played as the first turn of a
+two-turn episode through the training's own `EpisodeLoop` (the sandboxed runner, the rewards and
+the feedback `bench/repair.py` trains with: the error, the tool calls, the failed visual unit
+tests; no label), and the gold program as its second. A wrong program whose run gets no feedback
+(it passes its unit tests) makes no pair. The measurement plays the same episodes with the policy's
+greedy programs (`repair_figure`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vprl.data.records import Example
+from vprl.data.shapes.mutations import mutate
+from vprl.executor.host import ToolHost
+from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.rewards.build import build_rewards
+from vprl.rewards.compose import RewardConfig
+from vprl.rewards.feedback import FeedbackConfig
+from vprl.train.bootstrap.check import tool_backend
+from vprl.train.bootstrap.pairs import SFTPair, body
+from vprl.train.prompts import PromptConfig, PromptTemplate, completion_to_program
+from vprl.train.prompts.conversation import body_of, conversation_text, signature_of
+from vprl.train.repair.episode import Episode
+from vprl.train.repair.turns import EpisodeLoop, RepairConfig
+from vprl.train.rollouts.scorer import ProgramScorer
+from vprl.train.sampling.generator import policy_sampling
+
+# The visual unit tests that check a program and fill its feedback (bench/repair.py trains with them).
+UNIT_TESTS = {"num_tests": 5, "sampler": "balanced", "compile_penalty": 1.0, "runtime_penalty": 0.5}
+REPAIR_REWARDS = RewardConfig.from_json(
+    {"rewards": [{"name": "correctness"}, {"name": "unit_tests", "weight": 0.0, "settings": UNIT_TESTS}]}
+)
+REPAIR_FEEDBACK = FeedbackConfig(stop_when="passed", check="unit_tests", show=("error", "trace", "unit_tests"))
+BROKEN_SHARE = 0.25  # of the drawn wrong programs, those broken so that they do not run
+# Method names a code LLM makes up for the API's own (the first call of one is renamed).
+WRONG_NAMES = {
+    "find": "find_all",
+    "exists": "exist",
+    "simple_query": "query",
+    "best_text_match": "text_match",
+    "verify_property": "has_property",
+}
+
+
+def misnamed_method(src: str) -> str:
+    """The first API method call renamed to one that does not exist: AttributeError on its line."""
+    names = "|".join(WRONG_NAMES)
+    return re.sub(rf"\.({names})\(", lambda m: f".{WRONG_NAMES[m.group(1)]}(", src, count=1)
+
+
+def dropped_bracket(src: str) -> str:
+    """The program's last closing bracket dropped: it does not parse."""
+    at = src.rfind(")")
+    return src if at < 0 else src[:at] + src[at + 1 :]
+
+
+BREAKERS: dict[str, Callable[[str], str]] = {"misnamed_method": misnamed_method, "dropped_bracket": dropped_bracket}
+
+
+def broken(program: str) -> dict[str, str]:
+    """Each breaker's program where it changes `program` (by kind)."""
+    return {kind: out for kind, edit in BREAKERS.items() if (out := edit(program)) != program}
+
+
+class RepairEpisodes:
+    """Two-turn episodes on the bootstrap's tools with the repair run's rewards and feedback."""
+
+    def __init__(self, runner: SyncRunner, work: Path):
+        # the unit tests and their images are cached in <work>/unit_test_cache, as in a run folder
+        rewards = build_rewards(REPAIR_REWARDS, resources={"runner": runner, "run_dir": str(work)})
+        self.loop = EpisodeLoop(ProgramScorer(runner, rewards), RepairConfig(2, 0.0, REPAIR_FEEDBACK))
+
+    def play(
+        self, examples: Sequence[Example], first: Sequence[str], second: Callable[[list[int], list], list[str]]
+    ) -> list[Episode]:
+        return self.loop.run(examples, first, second)
+
+
+def open_runner(cfg: Any, root: Path) -> SyncRunner:
+    backend = tool_backend(cfg.tool_stack, root)
+    return SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.executor_slots, sandbox=cfg.executor_sandbox))
+
+
+def bare_prompts(examples: Sequence[Example]) -> list[str]:
+    template = PromptTemplate.from_config(PromptConfig(layout="bare", task="vqa"))
+    return [template.build(e.query) for e in examples]
+
+
+def repair_pairs(
+    episodes: RepairEpisodes, examples: Sequence[Example], gold: dict[str, str], wrong: Sequence[tuple[str, str]]
+) -> list[SFTPair]:
+    """SFT pairs teaching the repair of `wrong[i]` = (kind, program) on `examples[i]`: the episode's
+    first turn is the wrong program, its second the gold (`gold[query]`); a pair's prompt is the
+    conversation up to the second program, its completion the gold body. Rows whose first program
+    gets no feedback make no pair; the others keep their order (kind `repair:<kind>`)."""
+    if len(examples) != len(wrong):
+        raise ValueError(f"got {len(examples)} examples and {len(wrong)} wrong programs")
+    prompts = bare_prompts(examples)
+
+    def gold_after(rows: list[int], _feedbacks: list) -> list[str]:
+        return [gold[examples[i].query] for i in rows]
+
+    played = episodes.play(examples, [p for _, p in wrong], gold_after)
+    pairs = []
+    for ex, (kind, program), prompt, episode in zip(examples, wrong, prompts, played, strict=True):
+        feedback = episode.turns[0].feedback
+        if feedback is None:
+            continue
+        context = conversation_text(prompt, [body(program)], [feedback])
+        pairs.append(SFTPair(ex.id, ex.group or "", f"repair:{kind}", context, body(gold[ex.query])))
+    return pairs
+
+
+def draw_wrong(
+    examples: Sequence[Example], gold: dict[str, str], n: int, rng: np.random.Generator
+) -> tuple[list[Example], list[tuple[str, str]]]:
+    """`n` (example, (kind, wrong program)) draws: a uniform example, then a breaker `BROKEN_SHARE`
+    of the time (else a mutation; whichever the example has)."""
+    out_ex, out_wrong = [], []
+    for _ in range(n):
+        ex = examples[int(rng.integers(len(examples)))]
+        program = gold[ex.query]
+        mutants = {m.kind: m.program for m in mutate(program)}
+        breaks = broken(program)
+        options = breaks if (rng.random() < BROKEN_SHARE and breaks) or not mutants else mutants
+        if not options:
+            continue
+        kind = sorted(options)[int(rng.integers(len(options)))]
+        out_ex.append(ex)
+        out_wrong.append((kind, options[kind]))
+    return out_ex, out_wrong
+
+
+def add_repair_pairs(
+    pairs: list[SFTPair], examples: Sequence[Example], gold: dict[str, str], cfg: Any, root: Path, work: Path
+) -> tuple[list[SFTPair], dict[str, Any]]:
+    """`pairs` with repair pairs mixed in so that they are `cfg.repair_share` of all, drawn from
+    `examples` with a generator of their own (`[seed, 3]`, so the rest of the mixture is drawn as
+    without them); returns the shuffled pairs and what was drawn."""
+    want = int(round(cfg.repair_share * len(pairs) / (1 - cfg.repair_share)))
+    rng = np.random.default_rng([cfg.seed, 3])
+    # A mutation passes its unit tests now and then (no feedback, no pair): draw more than wanted.
+    drawn_ex, drawn = draw_wrong(examples, gold, 2 * want + 8, rng)
+    with open_runner(cfg, root) as runner:
+        made = repair_pairs(RepairEpisodes(runner, work), drawn_ex, gold, drawn)[:want]
+    kinds: dict[str, int] = {}
+    for p in made:
+        kinds[p.kind] = kinds.get(p.kind, 0) + 1
+    info = {"wanted": want, "drawn": len(drawn), "pairs": len(made), "kinds": dict(sorted(kinds.items()))}
+    both = pairs + made
+    return [both[int(i)] for i in rng.permutation(len(both))], info
+
+
+def within_context(pairs: list[SFTPair], tokenizer: Any, context: int) -> tuple[list[SFTPair], int]:
+    """`pairs` less the repair pairs longer than `context` tokens (SFT would cut their completion
+    off); returns them and how many went."""
+    kept = [
+        p
+        for p in pairs
+        if not p.kind.startswith("repair:")
+        or len(tokenizer(p.prompt + p.completion, add_special_tokens=True)["input_ids"]) + 1 <= context
+    ]
+    return kept, len(pairs) - len(kept)
+
+
+def repair_figure(model, tokenizer, examples: Sequence[Example], root: Path, work: Path, cfg: Any) -> dict[str, Any]:
+    """Two-turn greedy episodes of the policy on `examples`: how many greedy first programs got
+    feedback, and the share of those whose greedy second program, written after it, passes
+    (`passed`, the check that ends an episode) and is right (`right`, by the correctness reward)."""
+    from vprl.train.sampling.hf import HFGenerator
+
+    prompts = bare_prompts(examples)
+    generator = HFGenerator(model, tokenizer, batch_size=64, style="plain")
+    greedy = policy_sampling(temperature=0, max_new_tokens=cfg.max_completion_length)
+    first = [completion_to_program(p, c[0]) for p, c in zip(prompts, generator.generate(prompts, greedy), strict=True)]
+
+    def next_programs(rows: list[int], feedbacks: list) -> list[str]:
+        texts = [
+            conversation_text(prompts[i], [body_of(first[i])], [fb]) for i, fb in zip(rows, feedbacks, strict=True)
+        ]
+        outs = generator.generate(texts, greedy)
+        return [completion_to_program(signature_of(prompts[i]), c[0]) for i, c in zip(rows, outs, strict=True)]
+
+    with open_runner(cfg, root) as runner:
+        played = RepairEpisodes(runner, work).play(examples, first, next_programs)
+    second = [e.turns[1] for e in played if len(e.turns) == 2]
+    n = len(second)
+    right = sum((t.components.get("correctness") or 0.0) >= 1.0 for t in second)
+    return {
+        "got_feedback": n,
+        "passed": round(sum(t.passed for t in second) / n, 4) if n else None,
+        "right": round(right / n, 4) if n else None,
+    }
