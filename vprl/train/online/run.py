@@ -95,8 +95,10 @@ def build_trainer(
                     earlier_turns=repair["rollout_func"].earlier_turns if repair else None,
                 ),
             ],
-            **repair,
+            **(repair if cfg.algorithm == "grpo" else {}),
         )
+    if repair and cfg.algorithm == "rloo":  # RLOO takes no rollout_func: its episodes mixin plays them
+        trainer.repair_rollout = repair["rollout_func"]
     if colocated:
         adapt_colocated_engine(trainer)
     trainer.setup_program_training(
@@ -110,7 +112,8 @@ def build_trainer(
 
 
 def repair_rollout(cfg: RLConfig, scorer: ProgramScorer, examples: dict, tokenizer: Any, run_dir: Path) -> dict:
-    """trl's `rollout_func` for repair episodes (vprl.train.repair.trl_rollout)."""
+    """trl's `rollout_func` for repair episodes (vprl.train.repair.trl_rollout; under RLOO,
+    vprl.train.repair.rloo plays it)."""
     rank = int(os.environ.get("RANK", "0"))
     rollout = RepairRollout(
         EpisodeLoop(scorer, cfg.repair.config()),

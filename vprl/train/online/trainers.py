@@ -39,6 +39,7 @@ from vprl.rewards.groups import zero_variance_groups
 from vprl.rewards.trl_adapter import TrlRewardAdapter
 from vprl.train.online.sampler_logprobs import NOT_SAMPLED, KeptMassProbe, SamplerFilters, check_correctable
 from vprl.train.online.weight_sync import drift_free_sync, unsupported_reason
+from vprl.train.repair.rloo import RLOOEpisodesMixin
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +275,7 @@ class ProgramGRPOTrainer(ProgramTrainerMixin, GRPOTrainer):
     completions_at = 3  # (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...)
 
 
-class ProgramRLOOTrainer(ProgramTrainerMixin, RLOOTrainer):
+class ProgramRLOOTrainer(RLOOEpisodesMixin, ProgramTrainerMixin, RLOOTrainer):
     filter_by_mask = False
     completions_at = 2  # (prompt_ids, completion_ids, completions)
 

@@ -143,17 +143,12 @@ def reward_config(cfg: RLConfig) -> RewardConfig:
 
 
 def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
-    """Repair episodes run on GRPO (trl's `rollout_func`) and ReST; the check must be one of the run's
-    rewards."""
+    """Repair episodes run on GRPO (trl's `rollout_func`), RLOO (vprl.train.repair.rloo) and ReST; the
+    check must be one of the run's rewards."""
     repair = cfg.repair
     repair.config()  # the values themselves, each named by its key
     if not repair.enabled:
         return
-    if cfg.algorithm == "rloo":
-        raise ConfigError(
-            f"repair_max_turns: {repair.repair_max_turns} episodes train with algorithm grpo or rest; rloo has no "
-            "multi-turn rollout here yet (trl's RLOOTrainer takes no rollout_func)"
-        )
     if repair.repair_check is not None and repair.repair_check not in reward_names:
         raise ConfigError(f"repair_check: {repair.repair_check!r} is not one of the run's rewards {reward_names}")
 
