@@ -90,11 +90,13 @@ def test_importance_ratios_are_one_with_the_real_engine(record, name):
         assert step["sampling/sampling_logp_difference/max"] < RATIO_TOLERANCE, step
 
 
-def test_repair_episodes_sample_every_turn_on_the_real_engine(record):
-    """Repair episodes through the colocated engine (#35): every episode holds two sampled turns
-    (the second generated after the feedback block, on the engine synced to the trained weights),
-    and the ratios over both turns' tokens are 1 (the parametrized test above)."""
-    entry = path(record, "grpo_repair")
+@pytest.mark.parametrize("name", ["grpo_repair", "rloo_repair"])
+def test_repair_episodes_sample_every_turn_on_the_real_engine(record, name):
+    """Repair episodes through the colocated engine (#35), under GRPO (trl's rollout_func) and RLOO
+    (played inside its sampling call): every episode holds two sampled turns (the second generated
+    after the feedback block, on the engine synced to the trained weights); under GRPO the ratios
+    over both turns' tokens are 1 (the parametrized test above)."""
+    entry = path(record, name)
     assert entry["episode_turns"] and set(entry["episode_turns"]) == {2}, entry["episode_turns"]
     assert [row["repair/turns_mean"] for row in entry["repair_steps"]] == [2.0, 2.0], entry["repair_steps"]
     assert max(entry["sync_logp_difference"]) < RATIO_TOLERANCE
@@ -105,7 +107,7 @@ def test_the_top_p_run_covers_eos_and_stop_endings(record):
     assert "eos" in endings and "stop" in endings, endings
 
 
-@pytest.mark.parametrize("name", ["grpo_lora_top_p", "rloo_lora", "trl_full", "grpo_repair"])
+@pytest.mark.parametrize("name", ["grpo_lora_top_p", "rloo_lora", "trl_full", "grpo_repair", "rloo_repair"])
 def test_the_engine_equals_the_trained_model_after_every_sync(record, name):
     """The CPU adapter's in-place reload (with the tied output layer re-packed) leaves the engine with
     the weights being trained: its log-probabilities are the model's after every sync. RLOO has no
