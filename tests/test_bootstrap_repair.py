@@ -148,8 +148,8 @@ def test_a_quick_bootstrap_learns_repair_examples(tmp_path):
     assert info["wanted"] == round(0.3 * mixture / 0.7)
     for name in ("val", "heldout"):
         repair = PolicyEval.from_json(summary["evaluation"][name]).repair
-        assert repair is not None and repair["got_feedback"] >= 0
-        for figure in ("passed", "right"):
+        assert repair is not None and 0 <= repair["first_wrong"] <= repair["got_feedback"]
+        for figure in ("repaired", "broken", "passed"):
             assert repair[figure] is None or 0 <= repair[figure] <= 1
     saved = json.loads((out / "bootstrap.json").read_text())
     assert saved["evaluation"]["val"]["repair"] == summary["evaluation"]["val"]["repair"]

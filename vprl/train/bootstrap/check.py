@@ -114,8 +114,13 @@ def format_table(result: PolicyEval) -> str:
         )
     r = result.repair
     if r and r["got_feedback"]:
+
+        def pct(v: float | None) -> str:
+            return "-" if v is None else f"{100 * v:.1f}%"
+
         lines.append(
-            f"repair: of {r['got_feedback']} greedy programs given feedback, the greedy second passes "
-            f"{100 * r['passed']:.1f}% and is right {100 * r['right']:.1f}%"
+            f"repair (greedy, 2 turns): {r['got_feedback']} first programs got feedback, {r['first_wrong']} of them "
+            f"wrong: repaired {pct(r['repaired'])}, right ones broken {pct(r['broken'])}, "
+            f"second programs passing their unit tests {pct(r['passed'])}"
         )
     return "\n".join(lines)

@@ -180,9 +180,11 @@ def within_context(pairs: list[SFTPair], tokenizer: Any, context: int) -> tuple[
 
 
 def repair_figure(model, tokenizer, examples: Sequence[Example], root: Path, work: Path, cfg: Any) -> dict[str, Any]:
-    """Two-turn greedy episodes of the policy on `examples`: how many greedy first programs got
-    feedback, and the share of those whose greedy second program, written after it, passes
-    (`passed`, the check that ends an episode) and is right (`right`, by the correctness reward)."""
+    """Two-turn greedy episodes of the policy on `examples`, the figures of `episode_stats` that
+    matter before RL: how many greedy first programs got feedback; of those that were wrong, the
+    share whose greedy second program is right (`repaired`); of those that were right (feedback from
+    a failed unit test), the share made wrong (`broken`); and the share of second programs that
+    pass their unit tests (`passed`)."""
     from vprl.train.sampling.hf import HFGenerator
 
     prompts = bare_prompts(examples)
@@ -199,11 +201,21 @@ def repair_figure(model, tokenizer, examples: Sequence[Example], root: Path, wor
 
     with open_runner(cfg, root) as runner:
         played = RepairEpisodes(runner, work).play(examples, first, next_programs)
-    second = [e.turns[1] for e in played if len(e.turns) == 2]
-    n = len(second)
-    right = sum((t.components.get("correctness") or 0.0) >= 1.0 for t in second)
+    repaired = [e for e in played if len(e.turns) == 2]
+
+    def right(turn) -> bool:
+        return (turn.components.get("correctness") or 0.0) >= 1.0
+
+    wrong = [e for e in repaired if not right(e.turns[0])]
+    was_right = [e for e in repaired if right(e.turns[0])]
+
+    def share(rows: list, keep) -> float | None:
+        return round(sum(map(keep, rows)) / len(rows), 4) if rows else None
+
     return {
-        "got_feedback": n,
-        "passed": round(sum(t.passed for t in second) / n, 4) if n else None,
-        "right": round(right / n, 4) if n else None,
+        "got_feedback": len(repaired),
+        "first_wrong": len(wrong),
+        "repaired": share(wrong, lambda e: right(e.turns[1])),
+        "broken": share(was_right, lambda e: not right(e.turns[1])),
+        "passed": share(repaired, lambda e: e.turns[1].passed),
     }
