@@ -38,3 +38,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def repair_assets(tmp_path_factory):
+    """A shapes world and a policy fitted on it for 60 steps, shared by the repair tests (GRPO, RLOO,
+    a plain trl script): `(world, policy)`."""
+    from rl_tiny import build_policy, build_world
+
+    root = tmp_path_factory.mktemp("repair")
+    world = build_world(root / "world")
+    return world, build_policy(root / "policy", world, fit_steps=60)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_tiny import build_policy, build_world, offline_wandb, write_recipe
+from rl_tiny import offline_wandb, write_recipe
 
 from vprl.train.prompts.conversation import HEADER, conversation_text, signature_of
 
@@ -26,10 +26,8 @@ TURNS = 2
 
 
 @pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("repair")
-    world = build_world(root / "world")
-    return world, build_policy(root / "policy", world, fit_steps=60)
+def assets(repair_assets):
+    return repair_assets
 
 
 def _recipe(tmp_path: Path, assets, **values) -> Path:

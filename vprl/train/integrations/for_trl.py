@@ -42,6 +42,7 @@ from vprl.executor.settings import ExecutorArgs
 from vprl.rewards.trl_adapter import Scored, TrlRewardAdapter
 from vprl.train.integrations.session import ScoringSession, SessionConfig, reward_config
 from vprl.train.prompts import PromptConfig, completion_to_program
+from vprl.train.prompts.conversation import final_program
 from vprl.train.recipe.data import build_prompts, trl_prompt_text
 
 EXAMPLE_COLUMN = "vprl_example"
@@ -109,7 +110,7 @@ def _example(row: str) -> Example:
         raise ValueError(f"dataset column {EXAMPLE_COLUMN!r}: not an example's JSON ({exc.msg})") from None
 
 
-class _ExamplesFromColumn:
+class ExamplesFromColumn:
     """What the adapter looks examples up in: the column's value is the example itself."""
 
     def __getitem__(self, row: str) -> Example:
@@ -119,11 +120,11 @@ class _ExamplesFromColumn:
 class _PerRewardAdapter(TrlRewardAdapter):
     """Each reward its own trl function, trl applying the weights, plus the failure penalty."""
 
-    def __init__(self, session: ScoringSession, weights: Sequence[float], **kwargs: Any):
+    def __init__(self, session: ScoringSession, weights: Sequence[float], to_program: Any = completion_to_program):
         names = [spec.name for spec in session.config.rewards.rewards]
         if FAILURE_PENALTY in names:
             raise ValueError(f"a reward may not be called {FAILURE_PENALTY!r}: that name is the failure penalty's")
-        super().__init__(session, _ExamplesFromColumn(), completion_to_program, names, id_column=EXAMPLE_COLUMN)
+        super().__init__(session, ExamplesFromColumn(), to_program, names, id_column=EXAMPLE_COLUMN)
         self.weights = list(weights)
 
     @property
@@ -148,9 +149,12 @@ def _penalty(scored: Scored, i: int) -> float | None:
 class ProgramRewards:
     """trl reward functions over one vprl scoring session: `funcs` and `weights` for the trainer."""
 
-    def __init__(self, config: SessionConfig):
+    def __init__(self, config: SessionConfig, episodes: bool = False):
         self.session = ScoringSession(config)
-        self.adapter = _PerRewardAdapter(self.session, [spec.weight for spec in config.rewards.rewards])
+        self.episodes = episodes  # completions are repair episodes: each is scored by its final program
+        to_program = final_program if episodes else completion_to_program
+        weights = [spec.weight for spec in config.rewards.rewards]
+        self.adapter = _PerRewardAdapter(self.session, weights, to_program)
         self.names = [*self.adapter.components, FAILURE_PENALTY]
         self.weights = self.adapter.reward_weights
         self.funcs = [self._checked(fn) for fn in self.adapter.reward_funcs]
@@ -211,6 +215,7 @@ def program_rewards(
     runner: RunnerConfig | None = None,
     run_dir: str | None = None,
     executor: ExecutorArgs | None = None,
+    episodes: bool = False,
     **retired: Any,
 ) -> ProgramRewards:
     """trl reward functions for registry rewards: `rewards` is a name, names, `{name: weight}` or a
@@ -219,7 +224,9 @@ def program_rewards(
     `tool_service` the Ray address of the tools deployed as a service; `runner` the sandbox's
     settings (slots, timeouts, isolation); `run_dir` where rewards keep files (unit-test cache).
     `executor`, the recipe's executor section (`vprl.ExecutorArgs`), gives the stack, its overrides
-    and service and the sandbox's settings at once, under the names every command uses."""
+    and service and the sandbox's settings at once, under the names every command uses.
+    `episodes`: the completions are repair episodes (`vprl.train.integrations.trl_episodes`), each
+    scored by its final program."""
     for name in retired:
         raise TypeError(f"program_rewards: {retired_message(name) or f'unexpected keyword argument {name!r}'}")
     if executor is not None:
@@ -237,7 +244,7 @@ def program_rewards(
         runner=runner or RunnerConfig(),
         run_dir=run_dir,
     )
-    return ProgramRewards(config)
+    return ProgramRewards(config, episodes)
 
 
 __all__ = ["EXAMPLE_COLUMN", "FAILURE_PENALTY", "ProgramRewards", "load_examples", "program_rewards", "trl_dataset"]
