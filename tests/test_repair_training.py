@@ -295,7 +295,7 @@ def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets, monkeypatch):
         )
     run = tmp_path / "run"
     episodes = list(EpisodeLog(episodes_path(run)).read())
-    assert [step for step, _ in episodes] == [0] * 16 + [1] * 16
+    assert [step for step, _ in episodes] == [1] * 16 + [2] * 16  # the optimizer step they train, as rollouts
     for _, episode in episodes:
         assert 1 <= len(episode.turns) <= TURNS
         # the stop rule: only a program that did not run gets a second turn
@@ -313,7 +313,7 @@ def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets, monkeypatch):
     table = json.loads(tables[-1].read_text())
     column = table["columns"].index("earlier turns")
     program = table["columns"].index("program")
-    by_final = {(e.example_id, e.final.program): e for step, e in episodes if step == 1}
+    by_final = {(e.example_id, e.final.program): e for step, e in episodes if step == 2}
     example = table["columns"].index("example_id")
     for row in table["data"]:
         episode = by_final[row[example], row[program]]

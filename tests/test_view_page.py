@@ -228,6 +228,56 @@ def test_unit_test_outcomes_recorded_in_rows_show_per_program(browser, folders, 
     assert browser.errors() == []
 
 
+def test_a_repair_episode_shows_its_turns_side_by_side(browser, folders, tmp_path, artifacts):
+    """A repair run's cards (#35): every program that ended an episode of two turns shows the first
+    turn (its program, status, tool calls and the feedback it was shown) beside the final program."""
+    from vprl.rewards.feedback import Feedback
+    from vprl.train.repair.episode import Episode, Turn
+    from vprl.train.repair.log import EpisodeLog, episodes_path
+
+    world, run, _ = folders
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("checkpoint-*", "adapter", "view"))
+    rows = RolloutLog.in_run(copy).read()
+    log = EpisodeLog(episodes_path(copy))
+    for k, row in enumerate(rows):
+        final = Turn(
+            row.program, row.status, row.answer, row.error, row.total, row.components, True, None, row.tool_calls
+        )
+        turns = (final,)
+        if k % 2 == 0:  # every other program was written after a first one that failed
+            first = Turn(f"{row.program}# first turn {k}\n", "runtime_error", error="IndexError: list index out of range",
+                         feedback=Feedback(("error",), f"It raised an exception (turn {k})"),
+                         tool_calls=row.tool_calls)  # fmt: skip
+            turns = (first, final)
+        log([Episode(row.example_id, turns)], row.step)
+    page = build_view(copy, ViewOptions(dataset_root=str(world)))["page"]
+    cards = page_data(page)["cards"]
+    # a group may hold one program twice: the n-th card of a program is its n-th row
+    order: dict[tuple, list[int]] = {}
+    for k, row in enumerate(rows):
+        order.setdefault((row.step, row.example_id, row.program), []).append(k)
+    expected = [i for i, c in enumerate(cards) if order[c["s"], c["e"], c["prog"]].pop(0) % 2 == 0]
+    assert expected and [i for i, c in enumerate(cards) if c.get("turns")] == expected
+    browser.open(page.as_uri())
+    shown = _all_pages(
+        browser,
+        "Array.from(document.querySelectorAll('#main .card.episode')).map(c => [+c.dataset.card,"
+        " Array.from(c.querySelectorAll('.turn')).map(t => { const b = t.getBoundingClientRect();"
+        " return [+t.dataset.turn, b.left, b.top, b.width, t.querySelector('pre.prog').textContent,"
+        " (t.querySelector('pre.feedback') || {}).textContent || null]; })])",
+    )
+    assert sorted(i for i, _ in shown) == expected
+    for i, turns in shown:
+        (n1, left1, top1, width1, prog1, fb1), (n2, left2, top2, _, prog2, fb2) = turns
+        assert (n1, n2) == (1, 2) and top1 == top2 and left2 >= left1 + width1  # side by side
+        first = cards[i]["turns"][0]
+        assert "# first turn" in prog1 and "# first turn" not in prog2 and fb2 is None
+        assert fb1 == first["feedback"] and fb1.startswith("It raised an exception")
+    browser.screenshot(artifacts / "view_repair_episodes.png")
+    assert browser.errors() == []
+
+
 def test_the_wandb_program_table_carries_the_picture_with_the_boxes(folders, monkeypatch):
     wandb = pytest.importorskip("wandb")
     from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""`episodes.jsonl`: every repair episode of a run, one row each with the step it was sampled at
+"""`episodes.jsonl`: every repair episode of a run, one row each with the optimizer step it trains
 (its turns' programs, what they did, the feedback shown), what the run viewer shows side by side.
 Each process appends its own rows; a process other than the first writes `episodes.rank<N>.jsonl`."""
 

@@ -110,7 +110,8 @@ class RepairRollout:
         for key, value in episode_stats(episodes).items():
             trainer._metrics[mode][key].append(value)
         if self.on_episodes is not None:
-            self.on_episodes(episodes, int(trainer.state.global_step))
+            # the optimizer step these episodes train, as the rollouts log numbers its rows
+            self.on_episodes(episodes, int(trainer.state.global_step) + 1)
         return {
             "prompt_ids": prompt_ids,
             "completion_ids": ids,

@@ -23,6 +23,7 @@ from vprl.data.records import Example
 from vprl.train.rollouts.log import ROLLOUTS_FILE, RolloutRow
 from vprl.train.runs.folder import CONFIG_FILE, read_config
 from vprl.train.view.cards import EXCEPTIONS, make_card, right
+from vprl.train.view.episodes import attach_turns
 from vprl.train.view.images import Pictures
 
 
@@ -246,12 +247,17 @@ def read_run(
                 cards.append(card)
             head = rows[members[0]]
             out_groups.append({"s": head.step, "e": head.example_id, "cards": list(range(first, len(cards)))})
+    repaired = attach_turns(cards, run)
     components = sorted({name for c in cards for name in c["comp"]})
     notes = [] if traced else ["the run kept no tool-call traces (rollout_traces: false): no boxes to draw"]
     if any(c["calls"] for c in cards) and not any(
         call["line"] is not None and not call["inf"] for c in cards for call in c["calls"]
     ):
         notes.append("program lines of tool calls are matched from the source (the trace does not record them)")
+    if repaired:
+        notes.append(
+            f"{repaired} of the programs shown ended a repair episode: their earlier turns are on their cards"
+        )
     return RunData(cards, out_groups, curves(rows), len(rows), total_groups, len(groups), components, notes)
 
 

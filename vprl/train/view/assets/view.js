@@ -235,6 +235,18 @@
       el("tr", {}, names.map(function (k) { return el("td", {}, fmt(comp[k], 3)); })));
   }
 
+  // A repair episode: the earlier turns side by side with the final program, each with its feedback.
+  function episode(c, turns) {
+    return el("div", { class: "turns" }, turns.map(function (t, k) {
+      return el("div", { class: "turn", "data-turn": k + 1 },
+        el("div", { class: "thead" }, "turn " + (k + 1) + " ", el("span", { class: "status " + text(t.st) }, text(t.st)),
+          " answer ", el("b", {}, t.ans == null ? "(none)" : text(t.ans))),
+        program(t), t.err ? el("div", { class: "err" }, text(t.err)) : null, callList(t),
+        t.feedback != null ? el("pre", { class: "feedback" }, text(t.feedback)) : null);
+    }), el("div", { class: "turn final", "data-turn": turns.length + 1 },
+      el("div", { class: "thead" }, "turn " + (turns.length + 1) + " (final)"), program(c)));
+  }
+
   function card(idx, compact) {
     var c = D.cards[idx];
     var head = [];
@@ -248,11 +260,13 @@
     var parts = head.map(function (p, i) { return [i ? " · " : "", p]; });
     if (!compact) parts.push(" ", el("span", { title: "example id" }, text(c.e)));
     var tests = list(c.ut);
-    return el("div", { class: "card" + (compact ? " compact" : ""), "data-card": idx, "data-status": text(c.st) },
+    var turns = compact ? [] : list(c.turns);
+    return el("div", { class: "card" + (compact ? " compact" : "") + (turns.length ? " episode" : ""), "data-card": idx,
+      "data-status": text(c.st) },
       el("div", { class: "head" }, parts),
       compact ? null : el("div", { class: "q" }, text(c.q)),
       compact ? [picture(c), callList(c)] : el("div", { class: "body" }, picture(c), callList(c)),
-      program(c),
+      turns.length ? episode(c, turns) : program(c),
       el("div", { class: "answer" }, "answer ", el("b", {}, c.ans == null ? "(none)" : text(c.ans)),
         c.gold != null ? [" · gold ", el("b", {}, text(c.gold))] : null, verdict(c),
         c.fb ? " · fallback " + text(c.fb) : null),
