@@ -111,17 +111,22 @@ def _spread_totals(scored_totals: dict[str, float]):
     return ascore
 
 
-@pytest.fixture(scope="module")
-def hf_batch(tmp_path_factory, assets):
+def spread_batch(built: _Built) -> tuple[dict, dict[str, float]]:
+    """One scored generation batch with the final programs' totals spread (`_spread_totals`)."""
     from vprl.train.rollouts.scorer import ProgramScorer
 
-    built = _Built(_recipe(tmp_path_factory.mktemp("hf"), assets))
     totals: dict[str, float] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ProgramScorer, "ascore", _spread_totals(totals))
+        torch.manual_seed(0)
+        return built.batch(), totals
+
+
+@pytest.fixture(scope="module")
+def hf_batch(tmp_path_factory, assets):
+    built = _Built(_recipe(tmp_path_factory.mktemp("hf"), assets))
     try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(ProgramScorer, "ascore", _spread_totals(totals))
-            torch.manual_seed(0)
-            output = built.batch()
+        output, totals = spread_batch(built)
         yield built, output, built.trainer.rollout_func.last_episodes, totals
     finally:
         built.close()
@@ -193,12 +198,13 @@ def _final_norm_grads(built, output) -> torch.Tensor:
     return grad[:, -width - 1 : -1].norm(dim=-1)
 
 
-def test_feedback_tokens_get_no_gradient(hf_batch):
-    built, output, _, _ = hf_batch
+def assert_no_feedback_gradient(built, output, layout: list[tuple[list[int], list[int]]]) -> None:
+    """The gradient at every hidden state predicting a feedback token is zero; not at both turns'
+    program tokens (rows with an advantage)."""
     assert output["advantages"].abs().sum() > 0, "no advantage in the batch: nothing to check"
     grads = _final_norm_grads(built, output)
     checked = 0
-    for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
+    for row, (_, env) in enumerate(layout):
         if output["advantages"][row] == 0:
             continue
         env = torch.tensor(env)
@@ -208,6 +214,11 @@ def test_feedback_tokens_get_no_gradient(hf_batch):
         assert g[:first_end].abs().sum() > 0 and g[env == 1][first_end:].abs().sum() > 0
         checked += 1
     assert checked
+
+
+def test_feedback_tokens_get_no_gradient(hf_batch):
+    built, output, _, _ = hf_batch
+    assert_no_feedback_gradient(built, output, _episode_layout(output, built.trainer))
 
 
 def _sampler_logps(model, context: list[int], tokens: list[int], temperature: float) -> list[float]:
