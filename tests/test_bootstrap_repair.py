@@ -14,17 +14,16 @@ from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
 from vprl.data.shapes.mutations import mutate
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.rewards.feedback import Feedback
-from vprl.train.bootstrap.check import PolicyEval
+from vprl.train.bootstrap.check import PolicyEval, open_runner
 from vprl.train.bootstrap.fit import BootstrapConfig, main
 from vprl.train.bootstrap.pairs import body
 from vprl.train.bootstrap.repair_pairs import (
     WRONG_NAMES,
-    RepairEpisodes,
     broken,
     draw_wrong,
     dropped_bracket,
     misnamed_method,
-    open_runner,
+    repair_loop,
     repair_pairs,
 )
 from vprl.train.prompts import PromptConfig, build_prompt
@@ -61,7 +60,7 @@ def world(tmp_path_factory):
 def episodes(world, tmp_path_factory):
     """Episodes on the shapes tools (pixels): the unit tests' images are drawn, not in the world."""
     with open_runner(BootstrapConfig(tool_stack="shapes", executor_slots=2), world) as runner:
-        yield RepairEpisodes(runner, tmp_path_factory.mktemp("repair_work"))
+        yield repair_loop(runner, tmp_path_factory.mktemp("repair_work"))
 
 
 def _wrong_programs(examples, gold):

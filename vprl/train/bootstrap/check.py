@@ -58,6 +58,17 @@ def tool_backend(tools: str, root: Path):
     return open_backend(tools, worlds=[root])
 
 
+def open_runner(cfg, root: Path) -> SyncRunner:
+    """The sandboxed runner over `cfg.tool_stack`'s tools for the world at `root`."""
+    backend = tool_backend(cfg.tool_stack, root)
+    return SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.executor_slots, sandbox=cfg.executor_sandbox))
+
+
+def bare_prompts(examples: list[Example]) -> list[str]:
+    template = PromptTemplate.from_config(PromptConfig(layout="bare", task="vqa"))
+    return [template.build(e.query) for e in examples]
+
+
 def _score(scores: list[float], n: int, k: int) -> tuple[float, float, float, float]:
     """(greedy, sampled mean, pass@k, gold) means over n examples; layout is per example
     [greedy, k samples..., gold]."""
@@ -75,8 +86,7 @@ def evaluate_policy(model, tokenizer, examples: list[Example], gold: dict[str, s
     if not examples:
         raise ValueError("evaluate_policy needs at least one example")
     k = cfg.num_generations
-    template = PromptTemplate.from_config(PromptConfig(layout="bare", task="vqa"))
-    prompts = [template.build(e.query) for e in examples]
+    prompts = bare_prompts(examples)
     generator = HFGenerator(model, tokenizer, batch_size=128, style="plain")
     greedy = generator.generate(prompts, policy_sampling(temperature=0, max_new_tokens=cfg.max_completion_length))
     sampling = policy_sampling(
@@ -86,8 +96,7 @@ def evaluate_policy(model, tokenizer, examples: list[Example], gold: dict[str, s
     jobs: list[tuple[Example, str]] = []
     for e, p, g, s in zip(examples, prompts, greedy, samples, strict=True):
         jobs += [(e, completion_to_program(p, c)) for c in g + s] + [(e, gold[e.query])]
-    backend = tool_backend(cfg.tool_stack, root)
-    with SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.executor_slots, sandbox=cfg.executor_sandbox)) as runner:
+    with open_runner(cfg, root) as runner:
         batch = ProgramScorer(runner, build_rewards(RewardConfig())).score(
             [j[0] for j in jobs], [j[1] for j in jobs], progress=True
         )

@@ -27,16 +27,14 @@ import numpy as np
 
 from vprl.data.records import Example
 from vprl.data.shapes.mutations import mutate
-from vprl.executor.host import ToolHost
-from vprl.executor.runner import RunnerConfig, SyncRunner
+from vprl.executor.runner import SyncRunner
 from vprl.rewards.build import build_rewards
 from vprl.rewards.compose import RewardConfig
 from vprl.rewards.feedback import FeedbackConfig
-from vprl.train.bootstrap.check import tool_backend
+from vprl.train.bootstrap.check import bare_prompts, open_runner
 from vprl.train.bootstrap.pairs import SFTPair, body
-from vprl.train.prompts import PromptConfig, PromptTemplate, completion_to_program
+from vprl.train.prompts import completion_to_program
 from vprl.train.prompts.conversation import body_of, conversation_text, signature_of
-from vprl.train.repair.episode import Episode
 from vprl.train.repair.turns import EpisodeLoop, RepairConfig
 from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.sampling.generator import policy_sampling
@@ -78,32 +76,15 @@ def broken(program: str) -> dict[str, str]:
     return {kind: out for kind, edit in BREAKERS.items() if (out := edit(program)) != program}
 
 
-class RepairEpisodes:
-    """Two-turn episodes on the bootstrap's tools with the repair run's rewards and feedback."""
-
-    def __init__(self, runner: SyncRunner, work: Path):
-        # the unit tests and their images are cached in <work>/unit_test_cache, as in a run folder
-        rewards = build_rewards(REPAIR_REWARDS, resources={"runner": runner, "run_dir": str(work)})
-        self.loop = EpisodeLoop(ProgramScorer(runner, rewards), RepairConfig(2, 0.0, REPAIR_FEEDBACK))
-
-    def play(
-        self, examples: Sequence[Example], first: Sequence[str], second: Callable[[list[int], list], list[str]]
-    ) -> list[Episode]:
-        return self.loop.run(examples, first, second)
-
-
-def open_runner(cfg: Any, root: Path) -> SyncRunner:
-    backend = tool_backend(cfg.tool_stack, root)
-    return SyncRunner(ToolHost(backend), RunnerConfig(slots=cfg.executor_slots, sandbox=cfg.executor_sandbox))
-
-
-def bare_prompts(examples: Sequence[Example]) -> list[str]:
-    template = PromptTemplate.from_config(PromptConfig(layout="bare", task="vqa"))
-    return [template.build(e.query) for e in examples]
+def repair_loop(runner: SyncRunner, work: Path) -> EpisodeLoop:
+    """Two-turn episodes on the bootstrap's tools with the repair run's rewards and feedback; the
+    unit tests and their images are cached in <work>/unit_test_cache, as in a run folder."""
+    rewards = build_rewards(REPAIR_REWARDS, resources={"runner": runner, "run_dir": str(work)})
+    return EpisodeLoop(ProgramScorer(runner, rewards), RepairConfig(2, 0.0, REPAIR_FEEDBACK))
 
 
 def repair_pairs(
-    episodes: RepairEpisodes, examples: Sequence[Example], gold: dict[str, str], wrong: Sequence[tuple[str, str]]
+    loop: EpisodeLoop, examples: Sequence[Example], gold: dict[str, str], wrong: Sequence[tuple[str, str]]
 ) -> list[SFTPair]:
     """SFT pairs teaching the repair of `wrong[i]` = (kind, program) on `examples[i]`: the episode's
     first turn is the wrong program, its second the gold (`gold[query]`); a pair's prompt is the
@@ -116,7 +97,7 @@ def repair_pairs(
     def gold_after(rows: list[int], _feedbacks: list) -> list[str]:
         return [gold[examples[i].query] for i in rows]
 
-    played = episodes.play(examples, [p for _, p in wrong], gold_after)
+    played = loop.run(examples, [p for _, p in wrong], gold_after)
     pairs = []
     for ex, (kind, program), prompt, episode in zip(examples, wrong, prompts, played, strict=True):
         feedback = episode.turns[0].feedback
@@ -158,7 +139,7 @@ def add_repair_pairs(
     # A mutation passes its unit tests now and then (no feedback, no pair): draw more than wanted.
     drawn_ex, drawn = draw_wrong(examples, gold, 2 * want + 8, rng)
     with open_runner(cfg, root) as runner:
-        made = repair_pairs(RepairEpisodes(runner, work), drawn_ex, gold, drawn)[:want]
+        made = repair_pairs(repair_loop(runner, work), drawn_ex, gold, drawn)[:want]
     kinds: dict[str, int] = {}
     for p in made:
         kinds[p.kind] = kinds.get(p.kind, 0) + 1
@@ -200,7 +181,7 @@ def repair_figure(model, tokenizer, examples: Sequence[Example], root: Path, wor
         return [completion_to_program(signature_of(prompts[i]), c[0]) for i, c in zip(rows, outs, strict=True)]
 
     with open_runner(cfg, root) as runner:
-        played = RepairEpisodes(runner, work).play(examples, first, next_programs)
+        played = repair_loop(runner, work).run(examples, first, next_programs)
     repaired = [e for e in played if len(e.turns) == 2]
 
     def right(turn) -> bool:
