@@ -8,7 +8,9 @@ import pytest
 
 from vprl.data.records import Example
 from vprl.train.bootstrap.check import PolicyEval
-from vprl.train.bootstrap.fit import BootstrapConfig, body, ensure_tiny_policy, main, plan_mixture
+from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy, main
+from vprl.train.bootstrap.mixture import plan_mixture
+from vprl.train.bootstrap.pairs import body
 from vprl.train.policy.tiny import TinyModelConfig, build_model, load_policy, parameter_count, train_tokenizer
 from vprl.train.prompts import PromptConfig, build_prompt, completion_to_program, encode_prompt, frame_prompt
 

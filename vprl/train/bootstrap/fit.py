@@ -42,33 +42,16 @@ from typing import Any
 
 import numpy as np
 
-from vprl.data.records import Example
 from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
-from vprl.data.shapes.mutations import mutate
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.train.bootstrap.check import PolicyEval, evaluate_policy, format_table
+from vprl.train.bootstrap.mixture import plan_mixture
 from vprl.train.bootstrap.other_tasks import other_tasks, task_family
-from vprl.train.bootstrap.pairs import SFTPair, body
+from vprl.train.bootstrap.pairs import SFTPair
 from vprl.train.bootstrap.repair_pairs import add_repair_pairs, repair_figure, within_context
 from vprl.train.policy.tiny import TinyModelConfig, build_model, parameter_count, train_tokenizer
 from vprl.train.prompts import PromptConfig, PromptTemplate
 
-# Mistakes a weak family is dominated by, in order of preference: the ones that change the answer
-# most often on the oracle (tests/test_mutations.py prints the rates); `index_swap` is not here
-# because `[-1]` of a unique phrase's one-element list is `[0]`.
-DOMINANT_MISTAKES = (
-    "invert_answer",
-    "swap_side",
-    "wrong_attribute",
-    "flip_comparison",
-    "swap_extreme",
-    "swap_logic",
-    "unchecked_empty",
-    "first_option",
-    "drop_modifier",
-    "repeated_noun",
-    "swap_axis",
-)
 VERSION = 1  # bump when the recipe changes so cached policies are rebuilt
 TASKS = ("vqa", "itm", "grounding")
 # Keys added after policies were cached: at these values they stay out of the cache key, so the
@@ -183,63 +166,6 @@ class BootstrapConfig(TinyModelConfig):
         }
         data = {k: v for k, v in data.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
         return hashlib.sha256(json.dumps({"v": VERSION, **data}, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def plan_mixture(
-    examples: list[Example],
-    gold: dict[str, str],
-    cfg: BootstrapConfig,
-    rng: np.random.Generator,
-    family_of: Any = None,
-    all_weak: bool = False,
-) -> tuple[list[SFTPair], dict[str, dict[str, Any]]]:
-    """SFT pairs for `examples` and, per family, what was drawn (weak?, dominant mistake, counts).
-    Families are `Example.group` unless `family_of(example)` says; with `all_weak` every family
-    with a dominant mistake is weak instead of a `weak_share` of them."""
-    templates = {
-        task: PromptTemplate.from_config(PromptConfig(layout="bare", task=task)) for task in {e.task for e in examples}
-    }
-    by_family: dict[str, list[Example]] = {}
-    for ex in examples:
-        by_family.setdefault(family_of(ex) if family_of else ex.group or "", []).append(ex)
-    mutants = {ex.id: {m.kind: m.program for m in mutate(gold[ex.query])} for ex in examples}
-    dominant: dict[str, str | None] = {}
-    for family, exs in sorted(by_family.items()):
-        share = {k: sum(k in mutants[e.id] for e in exs) / len(exs) for k in DOMINANT_MISTAKES}
-        dominant[family] = next((k for k in DOMINANT_MISTAKES if share[k] >= 0.5), None)
-    candidates = sorted(f for f, k in dominant.items() if k is not None)
-    n_weak = len(candidates) if all_weak else min(len(candidates), int(round(cfg.weak_share * len(by_family))))
-    weak = {candidates[int(i)] for i in rng.permutation(len(candidates))[:n_weak]}
-    pairs: list[SFTPair] = []
-    plan: dict[str, dict[str, Any]] = {}
-    for family, exs in sorted(by_family.items()):
-        is_weak = family in weak
-        p_gold = cfg.gold_weak if is_weak else cfg.gold_strong
-        counts: dict[str, int] = {}
-        for ex in exs:
-            for _ in range(cfg.copies):
-                options = mutants[ex.id]
-                kind = "gold"
-                if options and rng.random() >= p_gold:
-                    if is_weak and dominant[family] in options and rng.random() < cfg.dominant:
-                        kind = dominant[family]
-                    else:
-                        others = sorted(k for k in options if not (is_weak and k == dominant[family])) or sorted(
-                            options
-                        )
-                        kind = others[int(rng.integers(len(others)))]
-                program = gold[ex.query] if kind == "gold" else options[kind]
-                pairs.append(SFTPair(ex.id, family, kind, templates[ex.task].build(ex.query), body(program)))
-                counts[kind] = counts.get(kind, 0) + 1
-        plan[family] = {
-            "weak": is_weak,
-            "p_gold": p_gold,
-            "dominant": dominant[family] if is_weak else None,
-            "questions": len(exs),
-            "targets": dict(sorted(counts.items())),
-        }
-    order = rng.permutation(len(pairs))
-    return [pairs[int(i)] for i in order], plan
 
 
 def ensure_world(cfg: BootstrapConfig) -> Path:
