@@ -33,10 +33,10 @@ $(VENV)/tf517/.installed: $(VENV)/.installed Makefile
 	$(PY) -m pip install -q --no-deps --target $(VENV)/tf517 $(SIDE_TRANSFORMERS)
 	touch $@
 
-# Beside the venv, verl 0.9 and the few packages its reward code imports: verl pins
+# Beside the venv, verl 0.9 and the few packages its reward code and agent loop import: verl pins
 # transformers<5.11, so it cannot join the venv; tests/test_verl_reward.py runs verl's own reward
-# managers with this folder on PYTHONPATH.
-SIDE_VERL := verl==0.9.1 hydra-core==1.3.8 omegaconf==2.4.0 antlr4-python3-runtime==4.9.3 tensordict==0.15.3 \
+# managers and tests/test_verl_agent.py its agent loop worker with this folder on PYTHONPATH.
+SIDE_VERL := verl==0.9.1 hydra-core==1.3.8 omegaconf==2.4.0 antlr4-python3-runtime==4.9.3 tensordict==0.15.3 cachetools==8.0.2 \
 	pyvers==0.2.3 cloudpickle==3.1.3 codetiming==1.4.0 orjson==3.13.0
 
 $(VENV)/verl/.installed: $(VENV)/.installed Makefile

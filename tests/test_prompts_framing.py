@@ -21,6 +21,7 @@ from vprl.train.prompts import (  # noqa: E402
     encode_prompt,
     frame_prompt,
 )
+from vprl.train.prompts.framing import resolve_style  # noqa: E402
 from vprl.train.prompts.render import render_api  # noqa: E402
 
 GEMMA_TEMPLATE = (
@@ -167,3 +168,17 @@ def test_indented_comments_do_not_stop_and_result_matches_extract_program():
     assert "# count them" in program
     assert program == extract_program(SIGNATURE + BODY)
     assert all(s.startswith("\n") or s.startswith("<") for s in STOP_SEQUENCES)
+
+
+def test_a_template_that_writes_only_the_contents_is_plain_framing(llama_like, prompt):
+    # verl renders every prompt through a chat template; a base model's recipe gives it one that
+    # adds nothing, which must not turn the repair blocks into chat turns
+    llama_like.chat_template = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
+    try:
+        assert resolve_style(llama_like) == "plain" and frame_prompt(prompt, llama_like) == prompt
+    finally:
+        llama_like.chat_template = None
+
+
+def test_a_real_chat_template_is_chat_framing(gemma_like):
+    assert resolve_style(gemma_like) == "chat"

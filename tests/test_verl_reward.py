@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from rl_tiny import build_world, write_recipe
+from verl_side import REPO, VERL_CONFIG, run_with_verl
 
 from vprl.data.records import Example
 from vprl.rewards.compose import RewardBatch
@@ -22,11 +20,6 @@ from vprl.train.integrations import for_verl, verl_data
 from vprl.train.integrations.session import ScoringSession, SessionConfig
 from vprl.train.rollouts.scorer import ScoredBatch
 
-REPO = Path(__file__).resolve().parents[1]
-VERL_CONFIG = REPO / "configs" / "verl"
-# verl pins transformers<5.11 and cannot join the venv: it is installed beside it, as the side
-# transformers are (tests/side_transformers.py), and its own reward code runs in a subprocess.
-VERL_SIDE = Path(os.environ.get("VPRL_VERL_DIR") or Path(sys.prefix) / "verl")
 BROKEN = {"syntax_error": "\n    return (\n", "runtime_error": "\n    return 1/0\n"}
 
 
@@ -238,16 +231,7 @@ def test_the_verl_recipe_keeps_the_trl_recipes_settings_and_framing(prepared):
         assert ids == encode_prompt(row["prompt"][0]["content"], tokenizer)
 
 
-def _verl_env() -> dict[str, str]:
-    if not (VERL_SIDE / "verl").is_dir():
-        pytest.skip(f"verl is not installed beside the venv ({VERL_SIDE}): pip install --no-deps --target it")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH=str(VERL_SIDE), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
-    return env
-
-
 def test_verls_own_reward_code_gets_vprls_scores(prepared, tmp_path):
-    env = _verl_env()
     world, out = prepared
     rows, texts = _responses(world, _rows(out))
     from vprl.train.policy.tiny import train_tokenizer
@@ -263,15 +247,7 @@ def test_verls_own_reward_code_gets_vprls_scores(prepared, tmp_path):
     ]
     case = {"config_dir": str(VERL_CONFIG), "overrides": overrides, "tokenizer": str(tmp_path / "tokenizer")}
     case.update(rows=rows, responses=texts)
-    (tmp_path / "case.json").write_text(json.dumps(case))
-    done = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "verl_managers.py"), str(tmp_path / "case.json")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_with_verl("verl_managers.py", case, tmp_path)
     got = json.loads(done.stdout.strip().splitlines()[-1])
     expected = _call_batch(out, rows, texts)
     assert [o["score"] for o in got["loop"]] == [e["score"] for e in expected]

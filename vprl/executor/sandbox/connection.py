@@ -111,12 +111,15 @@ class SupervisorConnection:
     async def close(self, timeout: float = 10.0) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):  # already gone
             await self.send({"op": "shutdown"})
+        # Polled rather than waited on in the loop's thread pool: a session closed at exit (atexit
+        # runs after the interpreter stops the pools) must still stop its supervisor.
         loop = asyncio.get_running_loop()
-        try:
-            await asyncio.wait_for(loop.run_in_executor(None, self.proc.wait), timeout)
-        except TimeoutError:
+        deadline = loop.time() + timeout
+        while self.proc.poll() is None and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        if self.proc.poll() is None:
             self.proc.kill()
-            await loop.run_in_executor(None, self.proc.wait)
+            self.proc.wait()  # a killed process is reaped at once
         self.writer.close()
 
     def alive(self) -> bool:

@@ -34,6 +34,7 @@ import json
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +64,30 @@ async def compute_score(
 ) -> dict[str, Any]:
     """One sample (verl 0.9's reward loop); `reward_router_address` and `reward_model_tokenizer`
     are what verl adds when it serves a reward model, unused here."""
+    window = scoring_window(settings, inline, batch_wait_s, max_batch, unscorable_score)
+    example, program = sample_of(solution_str, extra_info, f"verl sample of {data_source}")
+    return (await window.submit(example, program)).row
+
+
+def scoring_window(
+    settings: str | None,
+    inline: dict[str, Any],
+    batch_wait_s: float = 0.2,
+    max_batch: int = 4096,
+    unscorable_score: float = 0.0,
+) -> _Window:
+    """The running event loop's window over the process's session for these settings: what
+    `compute_score` submits each sample to, and verl's agent loop each turn's program
+    (`vprl.train.integrations.verl_agent`)."""
     if batch_wait_s < 0 or max_batch < 1:
         raise ValueError(f"verl reward: batch_wait_s must be >= 0 and max_batch >= 1, got {batch_wait_s}, {max_batch}")
     key, session = _session(settings, inline)
-    example, program = _sample(solution_str, extra_info, f"verl sample of {data_source}")
     loop = asyncio.get_running_loop()
     with _lock:
         window = _windows.get((key, loop))
         if window is None:
             window = _windows[(key, loop)] = _Window(session, batch_wait_s, max_batch, unscorable_score)
-    return await window.submit(example, program)
+    return window
 
 
 def compute_score_batch(
@@ -93,7 +108,7 @@ def compute_score_batch(
             f"verl reward: {len(data_sources)} data sources, {len(solution_strs)} solutions, {len(extra_infos)} extra_infos"
         )
     _, session = _session(settings, inline)
-    pairs = [_sample(s, e, f"verl sample {i}") for i, (s, e) in enumerate(zip(solution_strs, extra_infos))]
+    pairs = [sample_of(s, e, f"verl sample {i}") for i, (s, e) in enumerate(zip(solution_strs, extra_infos))]
     if not pairs:
         return []
     examples = [example for example, _ in pairs]
@@ -171,7 +186,7 @@ def _example(row: str) -> Example:
         raise ValueError(f"extra_info.example: not an example's JSON ({exc.msg})") from None
 
 
-def _sample(solution: str, extra_info: Mapping[str, Any] | None, where: str) -> tuple[Example, str]:
+def sample_of(solution: str, extra_info: Mapping[str, Any] | None, where: str) -> tuple[Example, str]:
     missing = [k for k in ("example", "prompt_tail") if not isinstance((extra_info or {}).get(k), str)]
     if missing:
         raise ValueError(
@@ -179,6 +194,16 @@ def _sample(solution: str, extra_info: Mapping[str, Any] | None, where: str) -> 
             "prepare the data with python -m vprl.train.integrations.verl_data"
         )
     return _example(extra_info["example"]), completion_to_program(extra_info["prompt_tail"], solution)
+
+
+@dataclass(frozen=True)
+class ScoredSample:
+    """One submitted program's outcome: verl's result row, and the scored batch it ran in (`index`
+    its row there), which holds its execution result, reward components and unit-test details."""
+
+    row: dict[str, Any]
+    batch: ScoredBatch
+    index: int
 
 
 class _Window:
@@ -194,7 +219,7 @@ class _Window:
         self._timer: asyncio.TimerHandle | None = None
         self._running: set[asyncio.Task] = set()  # referenced until done
 
-    async def submit(self, example: Example, program: str) -> dict[str, Any]:
+    async def submit(self, example: Example, program: str) -> ScoredSample:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending.append((example, program, future))
@@ -229,6 +254,6 @@ class _Window:
                 if not future.done():
                     future.set_exception(exc)
             return
-        for future, row in zip(futures, rows, strict=True):
+        for i, (future, row) in enumerate(zip(futures, rows, strict=True)):
             if not future.done():  # a caller that gave up (cancelled) has no use for it
-                future.set_result(row)
+                future.set_result(ScoredSample(row, scored, i))

@@ -12,7 +12,10 @@ writes into `<output_dir>/verl/`:
 - `vprl_reward.json`: the scoring session's settings (`vprl.train.integrations.session.SessionConfig`)
   that `vprl.train.integrations.for_verl` reads; paths in it are absolute, and with `run_dir` the
   recipe's `output_dir`, the unit tests `python -m vprl.train.prepare_unit_tests` made are found there;
-- `overrides.txt`: the overrides that point verl at both (it prints verl's command line with them).
+- with repair episodes in the recipe (`repair_max_turns` above 1), `agent_loops.yaml`: the `vprl_repair`
+  agent loop (`vprl.train.integrations.verl_agent`) with the recipe's repair settings, which verl
+  then uses for every sample, and whose episodes fit `rollout.response_length` as printed;
+- `overrides.txt`: the overrides that point verl at them (it prints verl's command line with them).
 
 The files must be readable at the same paths on every node (a shared file system), and so must the
 examples' images. For the tools as a service on verl's Ray cluster, give `--tool_service auto`.
@@ -26,6 +29,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from vprl.data.records import Example
 from vprl.executor.tools.stack import PATH_SETTINGS
 from vprl.train.integrations.session import SessionConfig
@@ -35,6 +40,7 @@ from vprl.train.recipe.parsing import ConfigError, run_command
 from vprl.train.recipe.rl_config import parse_rl_config
 
 ABILITY = "visual_programming"
+AGENT_NAME = "vprl_repair"  # vprl.train.integrations.verl_agent.NAME, which imports verl
 FOLDER = "verl"
 # The checkout's verl configs (configs/ is no package), found upwards from here.
 VERL_CONFIGS = next(
@@ -94,6 +100,24 @@ def session_config(checked: Any, run_dir: Path) -> SessionConfig:
     )
 
 
+def agent_loop_entry(cfg: Any) -> dict[str, Any]:
+    """The `vprl_repair` agent loop's registry entry: the recipe's repair settings."""
+    feedback = cfg.repair.config().feedback
+    return {
+        "name": AGENT_NAME,
+        "_target_": "vprl.train.integrations.verl_agent.RepairAgentLoop",
+        "max_turns": cfg.repair.repair_max_turns,
+        "turn_cost": cfg.repair.repair_turn_cost,
+        "stop_when": feedback.stop_when,
+        "check": feedback.check,
+        "pass_threshold": feedback.pass_threshold,
+        "show": list(feedback.show),
+        "framing": cfg.policy.framing,
+        "turn_tokens": cfg.sampling.max_completion_length,
+        "stop_at_program_end": cfg.rewards.stop_at_program_end,
+    }
+
+
 def _absolute(value: Any) -> Any:
     if isinstance(value, list):
         return [_absolute(v) for v in value]
@@ -123,6 +147,14 @@ def main(argv: list[str] | None = None) -> Path:
         f"data.train_files={data_path} data.val_files={data_path} "
         f"reward.custom_reward_function.reward_kwargs.settings={settings_path}"
     )
+    if cfg.repair.enabled:
+        agents = out / "agent_loops.yaml"
+        agents.write_text(yaml.safe_dump([agent_loop_entry(cfg)], sort_keys=False), encoding="utf-8")
+        overrides += (
+            f" actor_rollout_ref.rollout.agent.agent_loop_config_path={agents.resolve()}"
+            f" actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}"
+            f" data.max_response_length={cfg.repair.completion_tokens(cfg.sampling.max_completion_length)}"
+        )
     (out / "overrides.txt").write_text(overrides + "\n", encoding="utf-8")
     where = f"--config-path {VERL_CONFIGS} " if VERL_CONFIGS is not None else ""
     print(f"verl_data: train with\n  python -m verl.trainer.main_ppo {where}--config-name NAME {overrides}")

@@ -55,7 +55,19 @@ def resolve_style(tokenizer: Any, style: str = "auto") -> str:
         raise ValueError(f"framing style {style!r} is not one of {STYLES}")
     if style != "auto":
         return style
-    return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
+    return "chat" if getattr(tokenizer, "chat_template", None) and not _adds_nothing(tokenizer) else "plain"
+
+
+def _adds_nothing(tokenizer: Any) -> bool:
+    """Whether the chat template writes the turns' contents and nothing else (apart from a BOS): a
+    base model's stand-in template (verl renders every prompt through one), which is plain framing."""
+    turns = [{"role": "user", "content": "Q\x01"}, {"role": "assistant", "content": "A\x02"}]
+    try:
+        rendered = tokenizer.apply_chat_template(turns, tokenize=False)
+    except Exception:  # a template that cannot render this pair is a real chat template's business
+        return False
+    bos = getattr(tokenizer, "bos_token", None) or ""
+    return isinstance(rendered, str) and rendered.removeprefix(bos).strip() == "Q\x01A\x02"
 
 
 def frame_prompt(prompt: str, tokenizer: Any, style: str = "auto") -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from vprl.data.records import Example
 from vprl.rewards.feedback import Feedback, FeedbackConfig, turn_feedback
 from vprl.train.repair.episode import Episode, Turn
-from vprl.train.rollouts.scorer import ProgramScorer
+from vprl.train.rollouts.scorer import ProgramScorer, ScoredBatch
 
 NextPrograms = Callable[[list[int], list[Feedback]], Sequence[str | None]]
 
@@ -45,6 +45,26 @@ def episode_reward(episode: Episode, turn_cost: float) -> float | None:
     return None if total is None else total - turn_cost * (len(episode.turns) - 1)
 
 
+def judged_turn(config: FeedbackConfig, program: str, scored: ScoredBatch, j: int, last: bool) -> Turn:
+    """Row `j` of a scored batch as an episode's turn: what it did, whether the stop rule accepts
+    it, and its feedback (None on the `last` turn, or when it needs none). The one place a turn is
+    judged: the batch loop below and verl's agent loop (one episode at a time) both call it."""
+    result, rewards = scored.results[j], scored.rewards
+    components = {name: values[j] for name, values in rewards.components.items()}
+    tests = rewards.details.get("unit_tests")
+    return Turn(
+        program=program,
+        status=result.status,
+        answer=result.answer,
+        error=result.error,
+        total=rewards.totals[j],
+        components=components,
+        passed=config.passed(result, components),
+        feedback=None if last else turn_feedback(config, result, components, tests[j] if tests else ()),
+        tool_calls=[c.to_json() for c in result.tool_calls],
+    )
+
+
 class EpisodeLoop:
     def __init__(self, scorer: ProgramScorer, config: RepairConfig):
         self.scorer = scorer
@@ -55,35 +75,14 @@ class EpisodeLoop:
             raise ValueError(f"got {len(examples)} examples and {len(programs)} first programs")
         turns: list[list[Turn]] = [[] for _ in examples]
         rows, current = list(range(len(examples))), list(programs)
-        for turn in range(self.config.max_turns):
+        for k in range(self.config.max_turns):
             scored = self.scorer.score([examples[i] for i in rows], current)
-            rewards, tests = scored.rewards, scored.rewards.details.get("unit_tests")
             going: list[tuple[int, Feedback]] = []
+            last = k == self.config.max_turns - 1
             for j, i in enumerate(rows):
-                result = scored.results[j]
-                components = {name: values[j] for name, values in rewards.components.items()}
-                passed = self.config.feedback.passed(result, components)
-                last = turn == self.config.max_turns - 1
-                feedback = (
-                    None
-                    if last
-                    else turn_feedback(self.config.feedback, result, components, tests[j] if tests else ())
-                )
-                turns[i].append(
-                    Turn(
-                        program=current[j],
-                        status=result.status,
-                        answer=result.answer,
-                        error=result.error,
-                        total=rewards.totals[j],
-                        components=components,
-                        passed=passed,
-                        feedback=feedback,
-                        tool_calls=[c.to_json() for c in result.tool_calls],
-                    )
-                )
-                if feedback is not None:
-                    going.append((i, feedback))
+                turns[i].append(judged_turn(self.config.feedback, current[j], scored, j, last))
+                if turns[i][-1].feedback is not None:
+                    going.append((i, turns[i][-1].feedback))
             if not going:
                 break
             fresh = list(next_programs([i for i, _ in going], [fb for _, fb in going]))
