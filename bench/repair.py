@@ -2,6 +2,7 @@
 same budget (steps, questions and samples per step). Prints figures; asserts nothing.
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.15]
+        [--pass_threshold 0.5]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), then:
@@ -101,6 +102,8 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
     from vprl.train.quickstart import main as quickstart
 
     recipe, rl_args = ARMS[arm]
+    if arm != "single":
+        rl_args += f" --repair_pass_threshold {args.pass_threshold}"
     if arm == "repair_label_free":
         rl_args += f" --dataset_root {sentinel_world(policy)}"
     started = time.time()
@@ -125,6 +128,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "arm": arm,
         "max_steps": args.max_steps,
         "repair_share": args.repair_share,
+        "pass_threshold": args.pass_threshold,
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
         "started": started,
@@ -301,6 +305,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--repair_share", type=float, default=0.15, help="the bootstrap's share of repair examples (default: 0.15)"
     )
+    parser.add_argument(
+        "--pass_threshold",
+        type=float,
+        default=0.5,
+        help="the unit-test score at which a repair run's episode ends (default: 0.5; docs/repair.md's pilots)",
+    )
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -310,8 +320,15 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     runs_file = out / "runs.jsonl"
     done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
-    wanted = dict(max_steps=args.max_steps, repair_share=args.repair_share, eval_config=settings_of(EVAL_CONFIG))
-    runs = [r for r in done if r["seed"] in seeds and r["arm"] in arms and all(r[k] == v for k, v in wanted.items())]
+    wanted = dict(
+        max_steps=args.max_steps,
+        repair_share=args.repair_share,
+        pass_threshold=args.pass_threshold,
+        eval_config=settings_of(EVAL_CONFIG),
+    )
+    runs = [
+        r for r in done if r["seed"] in seeds and r["arm"] in arms and all(r.get(k) == v for k, v in wanted.items())
+    ]
     for seed in seeds:
         policy = policy_for(seed, args)
         for arm in arms:

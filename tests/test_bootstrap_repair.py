@@ -14,6 +14,7 @@ from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
 from vprl.data.shapes.mutations import mutate
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.rewards.feedback import Feedback
+from vprl.train.bootstrap import fit
 from vprl.train.bootstrap.check import PolicyEval, open_runner
 from vprl.train.bootstrap.fit import BootstrapConfig, main
 from vprl.train.bootstrap.pairs import body
@@ -27,7 +28,7 @@ from vprl.train.bootstrap.repair_pairs import (
     repair_pairs,
 )
 from vprl.train.prompts import PromptConfig, build_prompt
-from vprl.train.prompts.conversation import HEADER, RepairFormat, signature_of
+from vprl.train.prompts.conversation import HEADER, RepairFormat, opener_of, signature_of
 
 SENTINEL = "zq-sentinel-answer-7731"
 
@@ -35,6 +36,12 @@ SENTINEL = "zq-sentinel-answer-7731"
 def test_the_default_recipe_keeps_its_cache_key():
     assert BootstrapConfig().key() == "0a305eed0f9da8d5" == BootstrapConfig(repair_share=0.0).key()
     assert BootstrapConfig(repair_share=0.1).key() != BootstrapConfig().key()
+    # the repair examples' text is in the key: a policy taught the earlier block is not reused
+    with pytest.MonkeyPatch.context() as patch:
+        earlier = BootstrapConfig(repair_share=0.1).key()
+        patch.setattr(fit, "REPAIR_FORMAT", 1)
+        assert BootstrapConfig(repair_share=0.1).key() != earlier
+        assert BootstrapConfig().key() == "0a305eed0f9da8d5"
     with pytest.raises(ValueError, match="repair_share"):
         BootstrapConfig(repair_share=1.0)
 
@@ -95,8 +102,9 @@ def test_repair_pairs_hold_the_wrong_body_its_real_feedback_and_the_gold(world, 
         assert context.startswith(prompt) and pair.prompt.endswith("\n" + signature_of(prompt))
         wrong_body = context[len(prompt) :]
         assert wrong_body.strip() and wrong_body.strip() != pair.completion.strip()
-        feedback_text = "\n".join(line[2:] for line in block.split("\n")[1:-2])
-        rebuilt = prompt + wrong_body + style.block_text(Feedback((), feedback_text), signature_of(prompt))
+        opener = opener_of(prompt)  # the query and the signature
+        feedback_text = "\n".join(line[2:] for line in block.split("\n")[1 : -1 - len(opener.split("\n"))])
+        rebuilt = prompt + wrong_body + style.block_text(Feedback((), feedback_text), opener)
         assert rebuilt == pair.prompt  # the plain repair block, as a repair episode shows it
         program_lines = (signature_of(prompt) + wrong_body).split("\n")
         if pair.kind == "repair:misnamed_method":  # the real AttributeError, naming its line

@@ -14,10 +14,13 @@ from vprl.rewards.feedback import MAX_FEEDBACK_CHARS, Feedback, FeedbackConfig, 
 from vprl.train.prompts.conversation import (
     FEEDBACK_TOKENS,
     HEADER,
+    INSTRUCTION,
+    conversation_text,
     episode_programs,
     episode_tokens,
     feedback_comment,
     final_program,
+    opener_of,
 )
 from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.rl_config import parse_rl_config
@@ -109,6 +112,21 @@ def test_a_long_trace_is_cut_to_the_feedback_budget():
     fb = turn_feedback(FeedbackConfig(max_calls=40), _result("runtime_error", error="E", calls=calls), {})
     assert len(fb.text) <= MAX_FEEDBACK_CHARS and fb.text.endswith("...")
     assert episode_tokens(2, 320) == 640 + FEEDBACK_TOKENS
+
+
+def test_the_block_ends_with_the_prompts_last_block_the_query_and_the_signature():
+    bare = "# Is there a red circle?\n" + SIGNATURE
+    assert opener_of(bare) == bare
+    viunit = (
+        "import math\n\nclass ImagePatch:\n    pass\n\n# Context: a kitchen\n# Query: Is it red?\nProgram:\n"
+        + SIGNATURE
+    )
+    assert opener_of(viunit) == "# Context: a kitchen\n# Query: Is it red?\nProgram:\n" + SIGNATURE
+    chat = "<start_of_turn>user\n# Is it red?<end_of_turn>\n<start_of_turn>model\n" + SIGNATURE
+    assert opener_of(chat) == SIGNATURE  # turn markers are the template's: the signature alone
+    fb = Feedback(("error",), "It raised an exception: ZeroDivisionError (line 2)")
+    text = conversation_text(bare, ["\n    return 1 / 0\n"], [fb])
+    assert text.endswith(INSTRUCTION + "\n" + bare) and text.count(SIGNATURE) == 2
 
 
 def test_the_final_program_is_read_back_from_an_episode_text():
@@ -254,7 +272,7 @@ def test_rest_trains_a_repaired_episode_s_final_program_after_its_conversation()
 
     prompt = "# Is there a red circle?\n" + SIGNATURE
     fb = Feedback(("error",), "It raised an exception: ZeroDivisionError (line 2)")
-    context = prompt + "\n    return 1 / 0\n" + feedback_comment(fb) + "\n" + SIGNATURE
+    context = prompt + "\n    return 1 / 0\n" + feedback_comment(fb) + "\n" + prompt  # the opener again
     final = f"{SIGNATURE}\n    return 'yes'"
     tok = train_tokenizer([context + "\n    return 'yes'\n"] * 4, vocab_size=300, context=256)
     rows = [

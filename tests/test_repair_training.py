@@ -20,7 +20,7 @@ import pytest
 import torch
 from rl_tiny import offline_wandb, write_recipe
 
-from vprl.train.prompts.conversation import HEADER, conversation_text, signature_of
+from vprl.train.prompts.conversation import HEADER, conversation_text
 
 TURNS = 2
 
@@ -136,6 +136,7 @@ def test_every_episode_holds_its_turns_with_the_feedback_masked(hf_batch):
     built, output, episodes, _ = hf_batch
     tok = built.trainer.processing_class
     assert len(episodes) == 16 and all(len(e.turns) == TURNS for e in episodes)
+    prompts = {row["example_id"]: row["prompt"] for row in built.trainer.train_dataset}
     for (ids, env), episode in zip(_episode_layout(output, built.trainer), episodes, strict=True):
         assert 0 in env and env[0] == 1, "the first program's tokens are trained, the feedback is not"
         feedback = tok.decode([t for t, m in zip(ids, env) if m == 0])
@@ -147,12 +148,12 @@ def test_every_episode_holds_its_turns_with_the_feedback_masked(hf_batch):
         runs = [m for i, m in enumerate(env) if i == 0 or env[i - 1] != m]
         assert runs == [1, 0, 1]
         # the text up to the second program reads as the conversation the evaluation and the
-        # bootstrap write from programs: the body, one newline, the block, the signature
+        # bootstrap write from programs: the body, one newline, the block, the query and signature
         second = env.index(0) + env[env.index(0) :].index(1)
         first_body = tok.decode(ids[: env.index(0)], skip_special_tokens=True)
-        sig = signature_of(built.trainer.train_dataset[0]["prompt"])
-        assert sig + tok.decode(ids[:second], skip_special_tokens=True) == conversation_text(
-            sig, [first_body], [episode.first.feedback]
+        prompt = prompts[episode.example_id]
+        assert prompt + tok.decode(ids[:second], skip_special_tokens=True) == conversation_text(
+            prompt, [first_body], [episode.first.feedback]
         )
 
 

@@ -48,7 +48,7 @@ from vprl.train.bootstrap.check import PolicyEval, evaluate_policy, format_table
 from vprl.train.bootstrap.mixture import plan_mixture
 from vprl.train.bootstrap.other_tasks import other_tasks, task_family
 from vprl.train.bootstrap.pairs import SFTPair
-from vprl.train.bootstrap.repair_pairs import add_repair_pairs, repair_figure, within_context
+from vprl.train.bootstrap.repair_pairs import REPAIR_FORMAT, add_repair_pairs, repair_figure, within_context
 from vprl.train.policy.tiny import TinyModelConfig, build_model, parameter_count, train_tokenizer
 from vprl.train.prompts import PromptConfig, PromptTemplate
 
@@ -165,6 +165,8 @@ class BootstrapConfig(TinyModelConfig):
             if k not in ("out", "executor_slots", "threads", "executor_sandbox")
         }
         data = {k: v for k, v in data.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
+        if self.repair_share > 0:  # the repair examples' text is part of the policy
+            data["repair_format"] = REPAIR_FORMAT
         return hashlib.sha256(json.dumps({"v": VERSION, **data}, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -44,6 +44,10 @@ UNIT_TESTS = {"num_tests": 5, "sampler": "balanced", "compile_penalty": 1.0, "ru
 REPAIR_REWARDS = RewardConfig.from_json(
     {"rewards": [{"name": "correctness"}, {"name": "unit_tests", "weight": 0.0, "settings": UNIT_TESTS}]}
 )
+# The repair examples' text version, in the cache key of a bootstrap with repair examples: 2, the
+# feedback block ends with the prompt's query and signature (`conversation.opener_of`), not the
+# signature alone.
+REPAIR_FORMAT = 2
 REPAIR_FEEDBACK = FeedbackConfig(stop_when="passed", check="unit_tests", show=("error", "trace", "unit_tests"))
 BROKEN_SHARE = 0.25  # of the drawn wrong programs, those broken so that they do not run
 # Method names a code LLM makes up for the API's own (the first call of one is renamed).

@@ -3,7 +3,7 @@
 
 - `repair`: learned repair. The next program is written in the conversation the policy was trained
   on: the prompt, the previous program's body, a feedback block (`RepairFormat.block_text`, plain
-  text; a chat generator frames it as user/model turns, `frame_prompt`) and the signature again,
+  text; a chat generator frames it as user/model turns, `frame_prompt`) and the opener again (the query and the signature),
   continued greedily. Every turn of an episode stays in the text, as in training.
 - `self_debug`: the untrained case stopping at the first program that runs, the error shown in
   the papers' re-prompt (`PreviousAttempt`: a fresh prompt holding the failed program and its
@@ -32,7 +32,7 @@ from vprl.train.evaluation.judge import failed_tests_line
 from vprl.train.evaluation.metrics import Prediction
 from vprl.train.evaluation.mode_config import EvalContext, ModeConfig, UnitTestJudge, _need_judge, _run
 from vprl.train.prompts import PreviousAttempt, completion_to_program
-from vprl.train.prompts.conversation import RepairFormat, body_of, signature_of
+from vprl.train.prompts.conversation import RepairFormat, body_of, opener_of
 from vprl.train.repair.episode import Episode, Turn
 from vprl.train.repair.turns import EpisodeLoop, RepairConfig
 
@@ -130,10 +130,10 @@ class _Writer:
             ]
             fresh = self._write(prompts, prompts, self.ctx.greedy)
         else:
-            signatures = [signature_of(self.prompts[i]) for i in rows]
-            for i, feedback, signature in zip(rows, feedbacks, signatures):
-                self.texts[i] += body_of(self.programs[i]) + self.format.block_text(feedback, signature)
-            fresh = self._write([self.texts[i] for i in rows], signatures, self.ctx.greedy)
+            openers = [opener_of(self.prompts[i]) for i in rows]
+            for i, feedback, opener in zip(rows, feedbacks, openers):
+                self.texts[i] += body_of(self.programs[i]) + self.format.block_text(feedback, opener)
+            fresh = self._write([self.texts[i] for i in rows], openers, self.ctx.greedy)
         for i, program in zip(rows, fresh):
             self.programs[i] = program
         return list(fresh)

@@ -41,7 +41,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from vprl.rewards.feedback import FeedbackConfig
 from vprl.train.integrations.for_verl import sample_of, scoring_window
 from vprl.train.prompts import STOP_SEQUENCES, completion_to_program, turn_end_ids
-from vprl.train.prompts.conversation import RepairFormat
+from vprl.train.prompts.conversation import RepairFormat, opener_of
 from vprl.train.repair.episode import Episode
 from vprl.train.repair.turns import RepairConfig, episode_reward, judged_turn
 
@@ -82,9 +82,10 @@ class RepairAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         example, _ = sample_of("", kwargs.get("extra_info"), f"verl agent loop {NAME}")
-        signature = kwargs["extra_info"]["prompt_tail"]
+        messages = list(kwargs["raw_prompt"])
+        opener = opener_of(str(messages[-1]["content"]))
         window = scoring_window(self.settings, self.inline, **self.window_args)
-        prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
+        prompt_ids = await self.ct_build_initial_tokens(messages)
         ids: list[int] = []
         mask: list[int] = []
         logprobs: list[float] = []
@@ -105,7 +106,7 @@ class RepairAgentLoop(AgentLoopBase):
             mask += [1] * len(sampled)
             logprobs += list(out.log_probs) if out.log_probs else [0.0] * len(sampled)
             text = self.tokenizer.decode(sampled, skip_special_tokens=True)
-            program = completion_to_program(signature, text)
+            program = completion_to_program(opener, text)
             started = time.perf_counter()
             scored = await window.submit(example, program)
             scoring += time.perf_counter() - started
@@ -118,7 +119,7 @@ class RepairAgentLoop(AgentLoopBase):
             block: list[int] = []
             if turn.feedback is not None:
                 ended = bool(sampled) and sampled[-1] in self.turn_end
-                block = self.format.block_ids(turn.feedback, signature, ended, text.endswith("\n"))
+                block = self.format.block_ids(turn.feedback, opener, ended, text.endswith("\n"))
                 if len(ids) + len(block) >= self.response_length:  # no room for a program after it
                     turn, block = replace(turn, feedback=None), []
             turns.append(turn)

@@ -4,9 +4,11 @@ of an episode are read back out of its text.
 An episode is one token sequence: the prompt, the first program (the body of `execute_command`),
 then for each repair turn a feedback block and the next program. The block is environment text
 (masked out of the loss): the feedback as comment lines under a fixed header, an instruction, and
-the entry point's signature again, so the policy continues with a function body exactly as in
-its first turn. In a chat frame the block closes the model's turn, puts the feedback in a user
-turn and opens a new model turn with the signature (rendered by the tokenizer's own template).
+the turn's opener again (`opener_of`: the query comment and the signature, the prompt's last
+block), so the policy writes the next body right after what it saw before its first one, with the
+question at hand rather than hundreds of tokens back. In a chat frame the block closes the model's
+turn, puts the feedback in a user turn and opens a new model turn with the signature (rendered by
+the tokenizer's own template).
 
 The header starts at column 0 and a program body cannot contain a line that does (`\\n#` is a stop
 sequence), so the last header in an episode's text marks where its final program starts.
@@ -23,8 +25,8 @@ from vprl.train.prompts.framing import HEADER, completion_to_program, resolve_st
 INSTRUCTION = "# Write the function again, fixing what the feedback shows."
 # A feedback block's tokens at most, for memory and context plans: the message is at most
 # MAX_FEEDBACK_CHARS characters (about 3 per token of code at worst), plus the header, the
-# instruction and the signature.
-FEEDBACK_TOKENS = MAX_FEEDBACK_CHARS // 3 + 64
+# instruction and the opener (the query and the signature).
+FEEDBACK_TOKENS = MAX_FEEDBACK_CHARS // 3 + 128
 
 
 def episode_tokens(max_turns: int, max_completion_length: int) -> int:
@@ -41,9 +43,9 @@ def feedback_comment(feedback: Feedback) -> str:
     return "\n".join(lines)
 
 
-def plain_block(feedback: Feedback, signature: str) -> str:
-    """A plain frame's block after the newline that ends a program: the comment, the signature."""
-    return f"{feedback_comment(feedback)}\n{signature}"
+def plain_block(feedback: Feedback, opener: str) -> str:
+    """A plain frame's block after the newline that ends a program: the comment, the opener."""
+    return f"{feedback_comment(feedback)}\n{opener}"
 
 
 def signature_of(prompt: str) -> str:
@@ -55,29 +57,44 @@ def signature_of(prompt: str) -> str:
     return last
 
 
+def opener_of(prompt: str) -> str:
+    """What the policy read just before its first program: the prompt's last block (an optional
+    context comment, the query as a comment or a `Query:`/`Program:` pair, the signature) in a plain
+    frame; the signature alone where that block holds anything else (a chat frame's turn markers)."""
+    signature = signature_of(prompt)
+    head = prompt.rstrip().rsplit("\n\n", 1)[-1].split("\n")[:-1]
+    if head and all(line.startswith("#") or line == "Program:" for line in head):
+        return "\n".join([*head, signature])
+    return signature
+
+
 class RepairFormat:
-    """Feedback blocks for one tokenizer and framing. `block_ids(feedback, signature, after_turn_end)`
+    """Feedback blocks for one tokenizer and framing. `block_ids(feedback, opener, after_turn_end)`
     gives the block's token ids, tokenized on their own and appended to the sampled ids as they are
-    (the sampled tokens are never re-tokenized); `after_turn_end` says whether the program's tokens
-    already end with the chat frame's turn-end token."""
+    (the sampled tokens are never re-tokenized); `opener` is `opener_of(prompt)` (or the signature
+    alone); `after_turn_end` says whether the program's tokens already end with the chat frame's
+    turn-end token."""
 
     def __init__(self, tokenizer: Any, style: str = "auto"):
         self.tokenizer = tokenizer
         self.style = resolve_style(tokenizer, style)
 
     def block_text(
-        self, feedback: Feedback, signature: str, after_turn_end: bool = True, after_newline: bool = False
+        self, feedback: Feedback, opener: str, after_turn_end: bool = True, after_newline: bool = False
     ) -> str:
         """`after_newline`: the program's text already ends with a newline. Either way the text reads
-        the same: the body, one newline, the header (`conversation_text`)."""
+        the same: the body, one newline, the header (`conversation_text`). In a chat frame the
+        opener's comment lines go in the user turn and its signature opens the model's."""
         if self.style == "plain":
-            return ("" if after_newline else "\n") + plain_block(feedback, signature)
-        return self._chat_block(feedback_comment(feedback), after_turn_end) + signature
+            return ("" if after_newline else "\n") + plain_block(feedback, opener)
+        head, _, signature = opener.rpartition("\n")
+        comment = feedback_comment(feedback) + (f"\n{head}" if head else "")
+        return self._chat_block(comment, after_turn_end) + signature
 
     def block_ids(
-        self, feedback: Feedback, signature: str, after_turn_end: bool = True, after_newline: bool = False
+        self, feedback: Feedback, opener: str, after_turn_end: bool = True, after_newline: bool = False
     ) -> list[int]:
-        text = self.block_text(feedback, signature, after_turn_end, after_newline)
+        text = self.block_text(feedback, opener, after_turn_end, after_newline)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _chat_block(self, comment: str, after_turn_end: bool) -> str:
@@ -117,12 +134,12 @@ def conversation_text(prompt: str, bodies: list[str], feedbacks: list[Feedback])
     body; `bodies` has one more entry than `feedbacks` when the last program is written too."""
     if not len(feedbacks) <= len(bodies) <= len(feedbacks) + 1:
         raise ValueError(f"{len(bodies)} bodies do not go with {len(feedbacks)} feedback messages")
-    signature = signature_of(prompt)
+    opener = opener_of(prompt)
     text = prompt
     for k, body in enumerate(bodies):
         text += body.rstrip("\n")
         if k < len(feedbacks):
-            text += "\n" + plain_block(feedbacks[k], signature)
+            text += "\n" + plain_block(feedbacks[k], opener)
     return text
 
 

@@ -28,7 +28,7 @@ from vprl.data.records import Example
 from vprl.rewards.feedback import Feedback
 from vprl.train.online.sampler_logprobs import NOT_SAMPLED
 from vprl.train.prompts import completion_to_program
-from vprl.train.prompts.conversation import RepairFormat, signature_of
+from vprl.train.prompts.conversation import RepairFormat, opener_of
 from vprl.train.repair.episode import Episode, episode_stats
 from vprl.train.repair.turns import EpisodeLoop
 
@@ -75,7 +75,7 @@ class RepairRollout:
         ids, logprobs = _as_lists(*trainer._generate_single_turn(prompt_ids, None, {}, n))
         mask = [[1] * len(seq) for seq in ids]
         texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-        signatures = [signature_of(p if isinstance(p, str) else str(p[-1]["content"])) for p in prompts]
+        openers = [opener_of(p if isinstance(p, str) else str(p[-1]["content"])) for p in prompts]
         first = [completion_to_program(p, t) for p, t in zip(prompts, texts, strict=True)]
         eos, turn_end = tokenizer.eos_token_id, set(getattr(trainer, "stop_token_ids", ()))
 
@@ -87,7 +87,7 @@ class RepairRollout:
                         seq.pop()
                 ended = bool(ids[i]) and ids[i][-1] in turn_end
                 newline = tokenizer.decode(ids[i], skip_special_tokens=True).endswith("\n")
-                block = self.format.block_ids(fb, signatures[i], after_turn_end=ended, after_newline=newline)
+                block = self.format.block_ids(fb, openers[i], after_turn_end=ended, after_newline=newline)
                 ids[i] += block
                 mask[i] += [0] * len(block)
                 if logprobs is not None:
@@ -100,7 +100,7 @@ class RepairRollout:
                 mask[i] += [1] * len(fresh[k])
                 if logprobs is not None:
                     logprobs[i] += fresh_lps[k]
-                out.append(completion_to_program(signatures[i], tokenizer.decode(fresh[k], skip_special_tokens=True)))
+                out.append(completion_to_program(openers[i], tokenizer.decode(fresh[k], skip_special_tokens=True)))
             return out
 
         episodes = self.loop.run(examples, first, next_programs)
