@@ -24,6 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 ENGINE_ENV = Path(sys.prefix) / "vllm"
 DRIVER = REPO / "tests" / "vllm_cpu_driver.py"
 RATIO_TOLERANCE = 1e-4  # float32 engine and trainer: the ratios are 1 up to summation order
+# One token's log-probability difference, engine against trainer: float32 summation order again, which
+# grows with the context (a repair episode's second turn reads the prompt, a program, a feedback block
+# and the query: up to 1.7e-4 seen). A token drawn from another context would differ by 0.1 or more.
+TOKEN_TOLERANCE = 5e-4
 
 # One driver run (about 6 minutes on 2 cores: imports, eight engine starts, the tiny runs) serves
 # every test here; the fixture's time counts against the first test.
@@ -87,7 +91,7 @@ def test_importance_ratios_are_one_with_the_real_engine(record, name):
     for step in entry["steps"]:
         for key in ("min", "mean", "max"):
             assert step[f"sampling/importance_sampling_ratio/{key}"] == pytest.approx(1.0, abs=RATIO_TOLERANCE), step
-        assert step["sampling/sampling_logp_difference/max"] < RATIO_TOLERANCE, step
+        assert step["sampling/sampling_logp_difference/max"] < TOKEN_TOLERANCE, step
 
 
 @pytest.mark.parametrize("name", ["grpo_repair", "rloo_repair"])
