@@ -1,8 +1,8 @@
 """Does learned repair pay? (#35) The miniature over several seeds, three GRPO runs per seed with the
 same budget (steps, questions and samples per step). Prints figures; asserts nothing.
 
-    python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.15]
-        [--pass_threshold 0.5]
+    python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.1]
+        [--pass_threshold 0.5] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), then:
@@ -26,6 +26,12 @@ against its majority of 2 and against its untrained re-prompting; each arm's gai
 in its own mode; the label-free repair gain as a share of the labelled one; the mean executions per
 question in each mode; the repair rate per step (metrics.jsonl), plotted to `<out>/repair_rate.png`.
 Records go to `<out>/runs.jsonl` (an interrupted call resumes), figures to `<out>/repair.json`.
+
+On two cores, one call per seed side by side at one thread each finishes sooner than one call at two
+(a 0.9M-parameter model gains little from a second thread); then one call collects them:
+
+    python bench/repair.py --seeds 0 --threads 1 --out runs/repair_s0   # and so on, side by side
+    python bench/repair.py --collect runs/repair_s0,runs/repair_s1,runs/repair_s2 --out runs/repair
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ def policy_for(seed: int, args: argparse.Namespace) -> Path:
 
     # 1024 positions: an episode (prompt, two programs, a feedback block) outgrows the default 512. The
     # tiny Llama's positions are rotary, so this changes no weight, only what fits.
-    more = {"repair_share": args.repair_share, "context": 1024}
+    more = {"repair_share": args.repair_share, "context": 1024, "threads": args.threads}
     return ensure_tiny_policy(BootstrapConfig(out=str(Path(args.out) / f"policy_seed{seed}"), seed=seed, **more))
 
 
@@ -99,7 +105,11 @@ def leaks(run_dir: Path) -> list[str]:
 
 
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
+    import torch
+
     from vprl.train.quickstart import main as quickstart
+
+    torch.set_num_threads(args.threads)
 
     recipe, rl_args = ARMS[arm]
     if arm != "single":
@@ -185,6 +195,22 @@ def unseen_scores(run: dict, eval_world: Path, mode: str, policy: str) -> dict[s
     tasks = load_shapes_tasks(eval_world, ["val"])
     data = split_seen({"shapes:val": tasks["val"]}, ["shapes:val"], seen_queries(run["seen_from"]))
     return question_scores(run["predictions"], data[UNSEEN], policy, run["labels"][mode], dataset=UNSEEN)
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def collect(other: Path, out: Path) -> None:
+    """`other`'s records joined to `out`'s (those already there skipped), and its evaluation world
+    where `out` has none: every call builds the same one (the quickstart's seed)."""
+    if not (other / "runs.jsonl").is_file():
+        raise FileNotFoundError(f"--collect: {other} has no runs.jsonl")
+    have = {r["run_dir"] for r in records(out / "runs.jsonl")}
+    with open(out / "runs.jsonl", "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records(other / "runs.jsonl") if r["run_dir"] not in have)
+    if not (out / "shapes_eval" / "manifest.json").is_file():
+        shutil.copytree(other / "shapes_eval", out / "shapes_eval", dirs_exist_ok=True)
 
 
 def summarize(runs: list[dict], eval_world: Path) -> dict:
@@ -303,13 +329,27 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="runs/repair", help="folder of the policies, runs and figures")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {', '.join(ARMS)}")
     parser.add_argument(
-        "--repair_share", type=float, default=0.15, help="the bootstrap's share of repair examples (default: 0.15)"
+        "--repair_share",
+        type=float,
+        default=0.1,
+        help="the bootstrap's share of repair examples (default: 0.1, docs/repair.md's pilots)",
     )
     parser.add_argument(
         "--pass_threshold",
         type=float,
         default=0.5,
         help="the unit-test score at which a repair run's episode ends (default: 0.5; docs/repair.md's pilots)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch CPU threads of the bootstrap and RL (default: 2; 1 to run one call per seed side by side)",
+    )
+    parser.add_argument(
+        "--collect",
+        default="",
+        help="comma list of other --out folders (one call per seed, run side by side) whose records join this one's",
     )
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -319,7 +359,9 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs_file = out / "runs.jsonl"
-    done = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.is_file() else []
+    for other in [Path(d) for d in args.collect.split(",") if d.strip()]:
+        collect(other, out)
+    done = records(runs_file)
     wanted = dict(
         max_steps=args.max_steps,
         repair_share=args.repair_share,
@@ -330,13 +372,12 @@ def main(argv: list[str] | None = None) -> dict:
         r for r in done if r["seed"] in seeds and r["arm"] in arms and all(r.get(k) == v for k, v in wanted.items())
     ]
     for seed in seeds:
-        policy = policy_for(seed, args)
         for arm in arms:
             if any(r["seed"] == seed and r["arm"] == arm for r in runs):
                 continue  # measured by an earlier, interrupted call
             if any(r["seed"] == seed and r["arm"] == arm for r in done):  # its checkpoints would be resumed
                 sys.exit(f"repair: {out / f'seed{seed}' / arm} was trained with other settings; move it away first")
-            run = run_arm(seed, arm, policy, args)
+            run = run_arm(seed, arm, policy_for(seed, args), args)
             runs.append(run)
             with open(runs_file, "a", encoding="utf-8") as f:
                 f.write(json.dumps(run) + "\n")

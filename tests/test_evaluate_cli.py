@@ -111,6 +111,20 @@ def test_adapter_of_another_base_and_too_long_prompts_are_refused(tmp_path, worl
     assert not (tmp_path / "long").exists()
 
 
+def test_the_evaluation_gives_the_thread_count_back(tmp_path, world, tiny):
+    """`threads` is the evaluation's: the quickstart and the benchmarks train after it in the same
+    process, and found their RL on one thread (and its other float sums) after the first evaluation."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        evaluate(_cfg(tmp_path, world, tiny[0], adapters=f"rl={tiny[1]}", datasets="shapes:val", limit=1, threads=1))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_unknown_key_on_the_command_line_or_in_the_yaml(tmp_path, world, tiny, capsys):
     path = tmp_path / "eval.yaml"
     path.write_text(yaml.safe_dump({"model_name_or_path": tiny[0], "shapes_root": str(world), "num_generation": 3}))

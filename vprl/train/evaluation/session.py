@@ -27,7 +27,12 @@ from vprl.train.sampling.hf import HFGenerator
 
 class EvalSession:
     def __init__(self, cfg: Any):
+        import torch
+
         self.cfg = cfg
+        # `threads` is the evaluation's own: a caller that trains next in this process (the quickstart,
+        # the benchmarks) gets its thread count back at close.
+        self.threads_before = torch.get_num_threads()
         runner_cfg = cfg.runner_config()
         # The executor starts before any model is loaded (DESIGN: the sandbox parent holds no
         # model, token or CUDA state).
@@ -123,6 +128,9 @@ class EvalSession:
         for r in (self.tuned_runner, getattr(self, "runner", None)):
             if r is not None:
                 r.close()
+        import torch
+
+        torch.set_num_threads(self.threads_before)
 
     def __enter__(self) -> EvalSession:
         return self

@@ -1,0 +1,46 @@
+"""bench/repair.py's bookkeeping, which a days-long benchmark leans on: one call per seed side by
+side, collected into one folder once (records never doubled, the evaluation world brought along), and
+the repair-rate summary that says whether training collapsed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.repair import _curve_summary, collect, records  # noqa: E402
+
+
+def _folder(root: Path, seed: int) -> Path:
+    out = root / f"repair_s{seed}"
+    (out / "shapes_eval").mkdir(parents=True)
+    (out / "shapes_eval" / "manifest.json").write_text(json.dumps({"config": {"seed": 1}}))
+    rows = [{"seed": seed, "arm": arm, "run_dir": str(out / f"seed{seed}" / arm)} for arm in ("single", "repair")]
+    (out / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
+def test_collect_joins_each_record_once_and_brings_the_evaluation_world(tmp_path):
+    folders = [_folder(tmp_path, seed) for seed in (0, 1)]
+    out = tmp_path / "repair"
+    out.mkdir()
+    for _ in range(2):  # a second collect (a resumed call) adds nothing
+        for folder in folders:
+            collect(folder, out)
+    got = records(out / "runs.jsonl")
+    assert sorted((r["seed"], r["arm"]) for r in got) == [(0, "repair"), (0, "single"), (1, "repair"), (1, "single")]
+    assert json.loads((out / "shapes_eval" / "manifest.json").read_text()) == {"config": {"seed": 1}}
+    with pytest.raises(FileNotFoundError, match="missing has no runs.jsonl"):
+        collect(tmp_path / "missing", out)
+
+
+def test_the_repair_rate_summary_shows_a_collapse():
+    steady = [(i, 0.3 + 0.001 * i) for i in range(60)]
+    collapsed = [(i, 0.3 if i < 20 or i >= 40 else 0.0) for i in range(60)]
+    rows = _curve_summary([steady, collapsed])["per_seed"]
+    assert rows[0]["lowest_after_first"] > rows[0]["first"]
+    assert rows[1]["first"] == rows[1]["last"] == 0.3 and rows[1]["lowest_after_first"] == 0.0
