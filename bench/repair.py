@@ -27,7 +27,7 @@ in its own mode; the label-free repair gain as a share of the labelled one; the 
 question in each mode; the repair rate per step (metrics.jsonl), plotted to `<out>/repair_rate.png`.
 Records go to `<out>/runs.jsonl` (an interrupted call resumes), figures to `<out>/repair.json`.
 
-One call per seed side by side, at one thread each, lets the seeds progress together (on two cores
+One call per seed side by side, at one thread each, lets every seed progress at once (on two cores
 no faster: 40 s a repair step per call with three side by side, 13.4 s of the machine a step, against
 13.2 s for one call at two threads); then one call collects them:
 
