@@ -18,7 +18,9 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
 Every run's policy is evaluated before and after RL on the evaluation world's training-family
 questions never trained on (`configs/eval/shapes_repair.yaml`), at two program executions per
 question at most: one greedy program; majority of 2 samples; best of 2 by unit tests (ViUniT's
-selection); untrained re-prompting with the failed tests, one round (ViUniT's); two-turn repair.
+selection); untrained re-prompting with the failed tests, one round (ViUniT's); two-turn repair,
+whose episodes end at the unit-test score a repair run's episodes ended at in training
+(`--pass_threshold`; re-prompting keeps the config's 1.0).
 
 Figures, with 95 % intervals from a two-level bootstrap (seeds, then questions;
 `vprl.train.evaluation.gains`): the repair run's two-turn repair against the single run's best of 2,
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import statistics
 import sys
@@ -105,6 +108,12 @@ def leaks(run_dir: Path) -> list[str]:
     return [str(p) for p in run_dir.rglob("*") if p.is_file() and SENTINEL.encode() in p.read_bytes()]
 
 
+def eval_args(args: argparse.Namespace) -> str:
+    """The evaluation's arguments beyond its config: the repair mode judged at the threshold the
+    repair runs trained at (every arm and policy alike, so their rows compare)."""
+    return f"--repair_pass_threshold {args.pass_threshold}"
+
+
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
     import torch
 
@@ -130,10 +139,11 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
             "--max_steps", str(args.max_steps),
             "--eval_config", str(EVAL_CONFIG),
             "--eval_world", str(Path(args.out) / "shapes_eval"),
+            "--eval_args", eval_args(args),
         ]
     )  # fmt: skip
     run_dir = Path(report["run_dir"])
-    labels = {name: _label(report, name) for name in MODES}
+    labels = {name: _label(report, name, eval_args(args)) for name in MODES}
     return {
         "seed": seed,
         "arm": arm,
@@ -142,6 +152,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "pass_threshold": args.pass_threshold,
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
+        "eval_args": eval_args(args),
         "started": started,
         "timing": report["timing"],
         "rl_step_s": step_seconds(str(run_dir)),
@@ -154,13 +165,14 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
     }
 
 
-def _label(report: dict, name: str) -> str:
-    """The report's row label of a mode (`ModeConfig.label`), found by its name's settings."""
+def _label(report: dict, name: str, more: str = "") -> str:
+    """The report's row label of a mode (`ModeConfig.label`), found by its name's settings (the
+    config's, with the evaluation's arguments `more`)."""
     from vprl.train.evaluation.pipeline import EvalConfig
     from vprl.train.evaluation.plan import mode_configs
     from vprl.train.recipe.parsing import parse_config
 
-    (cfg,) = parse_config([EvalConfig], ["--config", str(EVAL_CONFIG)])
+    (cfg,) = parse_config([EvalConfig], ["--config", str(EVAL_CONFIG), *shlex.split(more)])
     by_name = {m.name: m.label for m in mode_configs(cfg)}
     if by_name[name] not in next(iter(report["results"].values())):
         raise KeyError(f"mode {name} ({by_name[name]}) is not in the evaluation's results")
@@ -368,6 +380,7 @@ def main(argv: list[str] | None = None) -> dict:
         repair_share=args.repair_share,
         pass_threshold=args.pass_threshold,
         eval_config=settings_of(EVAL_CONFIG),
+        eval_args=eval_args(args),
     )
     runs = [
         r for r in done if r["seed"] in seeds and r["arm"] in arms and all(r.get(k) == v for k, v in wanted.items())

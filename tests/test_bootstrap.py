@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from vprl.data.records import Example
 from vprl.train.bootstrap.check import PolicyEval
@@ -89,7 +90,13 @@ TINY = [
 
 def test_tiny_bootstrap_writes_a_loadable_policy_and_caches(tmp_path, capsys):
     out = tmp_path / "policy"
-    summary = main(["--out", str(out), "--seed", "1", *TINY])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:  # `threads` is the bootstrap's: whoever trains next in the process gets its own count back
+        summary = main(["--out", str(out), "--seed", "1", *TINY, "--threads", "1"])
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(threads)
     saved = json.loads((out / "bootstrap.json").read_text())
     assert saved["key"] == summary["key"] and saved["seed"] == 1 and saved["training"]["steps"] == 3
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()

@@ -158,6 +158,25 @@ def test_the_repair_keys_of_the_evaluation_config():
     assert single.turns == 2 and repair.turns == 4
 
 
+def test_the_repair_mode_has_a_threshold_of_its_own(world, tasks, runners):
+    cfg = dict(modes="reprompt_tests,repair", stop_when="passed", pass_threshold=1.0)
+    reprompt, repair = mode_configs(EvalConfig(**cfg, repair_pass_threshold=0.0))
+    assert (reprompt.pass_threshold, repair.pass_threshold) == (1.0, 0.0)
+    assert repair.label.endswith("until unit tests reach 0")
+    assert [m.pass_threshold for m in mode_configs(EvalConfig(**cfg))] == [1.0, 1.0]  # unset: the shared one
+    # At 0 every program that runs passes: only those that do not run are sent back.
+    examples = tasks["val"]
+    sent_back = {}
+    for threshold in (1.0, 0.0):
+        policy = RepairPolicy(all_gold(world))
+        (mode,) = mode_configs(EvalConfig(modes="repair", stop_when="passed", repair_pass_threshold=threshold))
+        preds = run_mode(context(policy, runners, tuned=False), examples, mode)
+        sent_back[threshold] = [p.turns[0]["status"] for p in preds if len(p.turns) > 1]
+    assert any(status == "ok" for status in sent_back[1.0])
+    assert all(status != "ok" for status in sent_back[0.0])
+    assert len(sent_back[0.0]) < len(sent_back[1.0])
+
+
 @pytest.mark.parametrize(
     ("mode", "mistake"),
     [

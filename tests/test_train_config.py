@@ -46,6 +46,27 @@ def test_missing_config_file(tmp_path):
         parse_config((Script,), ["--config", str(tmp_path / "nope.yaml")])
 
 
+def test_the_quickstart_passes_its_eval_args_to_the_evaluation(tmp_path, monkeypatch):
+    """`eval_args` reach the evaluation after the quickstart's own arguments, as `rl_args` reach RL
+    (bench/repair.py judges the repair mode at its training threshold with them)."""
+    from vprl.train import quickstart
+    from vprl.train.evaluation import pipeline
+
+    got = []
+    monkeypatch.setattr(quickstart, "ensure_eval_world", lambda cfg: Path(cfg.eval_world))
+    monkeypatch.setattr(pipeline, "evaluate", got.append)
+    cfg = quickstart.QuickstartConfig(
+        out=str(tmp_path),
+        eval_config=str(REPO / "configs/eval/shapes_repair.yaml"),
+        eval_world=str(tmp_path / "world"),
+        eval_args="--repair_pass_threshold 0.5 --limit 7",
+    )
+    quickstart.evaluate_before_after(cfg, tmp_path / "policy", tmp_path / "adapter", "repair")
+    (ecfg,) = got
+    assert (ecfg.repair_pass_threshold, ecfg.pass_threshold, ecfg.limit) == (0.5, 1.0, 7)
+    assert (ecfg.shapes_root, ecfg.out) == (str(tmp_path / "world"), str(tmp_path / "eval" / "repair"))
+
+
 def test_quickstart_prints_the_newcomers_gains_next_to_the_documented_ones():
     """#29 item 1: one run is judged against the three-seed figures it can be compared with (mean
     ± 2 std over seeds), and the README quotes the same figures as vprl/train/quickstart_expected.yaml."""

@@ -53,6 +53,10 @@ class QuickstartConfig:
     rl_args: str = field(
         default="", metadata={"help": "more vprl.train.rl arguments, e.g. '--beta 0.04' (an ablation of the recipe)"}
     )
+    eval_args: str = field(
+        default="",
+        metadata={"help": "more vprl.train.evaluation arguments, e.g. '--repair_pass_threshold 0.5'"},
+    )
     run_name: str = field(
         default="", metadata={"help": "name of the RL run's folder under `out` (default: the recipe's)"}
     )
@@ -180,6 +184,7 @@ def evaluate_before_after(cfg: QuickstartConfig, policy: Path, adapter: Path | s
             "--shapes_root", str(ensure_eval_world(cfg)),
             "--seen_from", str(Path(policy) / "world"),
             "--out", str(Path(cfg.out) / "eval" / run_name),
+            *shlex.split(cfg.eval_args),
         ],
     )  # fmt: skip
     return evaluate(ecfg)

@@ -230,7 +230,16 @@ def run(cfg: BootstrapConfig) -> dict[str, Any]:
     """Build, train, evaluate and save the policy in `cfg.out`; returns what bootstrap.json holds."""
     import torch
 
+    # `threads` is the bootstrap's own: the quickstart and the benchmarks train next in this process.
+    before = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
+    try:
+        return _build(cfg)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _build(cfg: BootstrapConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}

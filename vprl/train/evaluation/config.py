@@ -59,6 +59,12 @@ class EvalConfig(SamplingArgs, ExecutorArgs, PromptArgs, ModelArgs):
     pass_threshold: float = field(
         default=1.0, metadata={"help": "reprompt_tests, repair with stop_when passed: re-prompt below this score"}
     )
+    # A trained repair policy is best judged at the threshold its episodes ended at in training (the
+    # recipe's `repair_pass_threshold`): below it, right programs failing one test are sent back.
+    repair_pass_threshold: float | None = field(
+        default=None,
+        metadata={"help": "repair with stop_when passed: its own threshold (default: pass_threshold)"},
+    )
     turns: int = field(default=2, metadata={"help": "repair: programs per question at most"})
     stop_when: str = field(
         default="ran",

@@ -192,13 +192,20 @@ def mode_configs(cfg: EvalConfig) -> list[ModeConfig]:
             iterations=cfg.iterations,
             feedback=cfg.feedback,
             refuse_below=cfg.refuse_below if m == "unit_test_select" else None,
-            pass_threshold=cfg.pass_threshold,
+            pass_threshold=pass_threshold(cfg, m),
             fallback=cfg.fallback,
             fallback_below=cfg.fallback_below,
             **(repair_settings(cfg) if m == "repair" else {}),
         )
         for m in names
     ]
+
+
+def pass_threshold(cfg: EvalConfig, mode: str) -> float:
+    """The unit-test score below which `mode` writes a program again: the repair mode's own where set."""
+    if mode == "repair" and cfg.repair_pass_threshold is not None:
+        return cfg.repair_pass_threshold
+    return cfg.pass_threshold
 
 
 def repair_settings(cfg: EvalConfig) -> dict[str, Any]:
