@@ -2,7 +2,7 @@
 same budget (steps, questions and samples per step). Prints figures; asserts nothing.
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.1]
-        [--pass_threshold 0.5] [--threads 2]
+        [--repair_noun_share 0] [--pass_threshold 0.5] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), then:
@@ -86,7 +86,12 @@ def policy_for(seed: int, args: argparse.Namespace) -> Path:
 
     # 1024 positions: an episode (prompt, two programs, a feedback block) outgrows the default 512. The
     # tiny Llama's positions are rotary, so this changes no weight, only what fits.
-    more = {"repair_share": args.repair_share, "context": 1024, "threads": args.threads}
+    more = {
+        "repair_share": args.repair_share,
+        "repair_noun_share": args.repair_noun_share,
+        "context": 1024,
+        "threads": args.threads,
+    }
     return ensure_tiny_policy(BootstrapConfig(out=str(Path(args.out) / f"policy_seed{seed}"), seed=seed, **more))
 
 
@@ -149,6 +154,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "arm": arm,
         "max_steps": args.max_steps,
         "repair_share": args.repair_share,
+        "repair_noun_share": args.repair_noun_share,
         "pass_threshold": args.pass_threshold,
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
@@ -348,6 +354,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="the bootstrap's share of repair examples (default: 0.1, docs/repair.md's pilots)",
     )
     parser.add_argument(
+        "--repair_noun_share",
+        type=float,
+        default=0.0,
+        help="the share of those whose wrong program names another shape (default: 0, as the 60-step run)",
+    )
+    parser.add_argument(
         "--pass_threshold",
         type=float,
         default=0.5,
@@ -378,6 +390,7 @@ def main(argv: list[str] | None = None) -> dict:
     wanted = dict(
         max_steps=args.max_steps,
         repair_share=args.repair_share,
+        repair_noun_share=args.repair_noun_share,
         pass_threshold=args.pass_threshold,
         eval_config=settings_of(EVAL_CONFIG),
         eval_args=eval_args(args),
@@ -396,7 +409,7 @@ def main(argv: list[str] | None = None) -> dict:
             with open(runs_file, "a", encoding="utf-8") as f:
                 f.write(json.dumps(run) + "\n")
     summary = summarize(runs, out / "shapes_eval")
-    summary.update(max_steps=args.max_steps, repair_share=args.repair_share)
+    summary.update(max_steps=args.max_steps, repair_share=args.repair_share, repair_noun_share=args.repair_noun_share)
     (out / "repair.json").write_text(json.dumps(summary, indent=2))
     plot(runs, out / "repair_rate.png")
     print("\n" + markdown(summary))

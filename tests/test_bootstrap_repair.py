@@ -26,6 +26,7 @@ from vprl.train.bootstrap.repair_pairs import (
     misnamed_method,
     repair_loop,
     repair_pairs,
+    wrong_noun,
 )
 from vprl.train.prompts import PromptConfig, build_prompt
 from vprl.train.prompts.conversation import HEADER, RepairFormat, opener_of, signature_of
@@ -44,6 +45,24 @@ def test_the_default_recipe_keeps_its_cache_key():
         assert BootstrapConfig().key() == "0a305eed0f9da8d5"
     with pytest.raises(ValueError, match="repair_share"):
         BootstrapConfig(repair_share=1.0)
+    assert BootstrapConfig(repair_noun_share=0.0).key() == "0a305eed0f9da8d5"
+    assert BootstrapConfig(repair_share=0.1, repair_noun_share=0.3).key() != BootstrapConfig(repair_share=0.1).key()
+    with pytest.raises(ValueError, match="repair_noun_share"):
+        BootstrapConfig(repair_noun_share=1.5)
+
+
+def test_a_wrong_noun_names_another_shape_at_its_first_use():
+    program = (
+        "def execute_command(image):\n    image_patch = ImagePatch(image)\n"
+        '    a = image_patch.find("red star")[0]\n    b = image_patch.find("star")\n    return "yes"\n'
+    )
+    rng = np.random.default_rng(0)
+    slips = {wrong_noun(program, rng) for _ in range(40)}
+    names = {s.split('find("red ')[1].split('"')[0] for s in slips}
+    assert names == {"circle", "square", "triangle", "hexagon"}  # every other shape, never the question's
+    assert all(s.count('find("star")') == 1 for s in slips)  # only its first use
+    assert all(compile(s, "<p>", "exec") for s in slips)
+    assert wrong_noun('x = image_patch.find("thing")', rng) == 'x = image_patch.find("thing")'
 
 
 def test_breakers_do_not_run():
@@ -142,11 +161,15 @@ def test_draws_are_the_seeds_and_break_a_share_of_programs(world):
     assert a == draw_wrong(examples, gold, 200, np.random.default_rng([3, 3]))
     broken_share = sum(kind in ("misnamed_method", "dropped_bracket") for kind, _ in a[1]) / len(a[1])
     assert 0.15 < broken_share < 0.45  # BROKEN_SHARE is 0.25, plus examples with no mutation
+    assert "wrong_noun" not in {kind for kind, _ in a[1]}
+    _, slips = draw_wrong(examples, gold, 200, np.random.default_rng([3, 3]), noun_share=0.5)
+    noun_share = sum(kind == "wrong_noun" for kind, _ in slips) / len(slips)
+    assert 0.3 < noun_share < 0.6  # half of the draws, of the programs with a shape to name
 
 
 def test_a_quick_bootstrap_learns_repair_examples(tmp_path):
     out = tmp_path / "policy"
-    args = [*TINY, "--tool_stack", "shapes", "--repair_share", "0.3", "--context", "512"]
+    args = [*TINY, "--tool_stack", "shapes", "--repair_share", "0.3", "--repair_noun_share", "0.5", "--context", "512"]
     summary = main(["--out", str(out), "--seed", "1", *args])
     info = summary["repair_examples"]
     assert info["pairs"] > 0 and sum(info["kinds"].values()) == info["pairs"]
@@ -155,9 +178,13 @@ def test_a_quick_bootstrap_learns_repair_examples(tmp_path):
     assert info["wanted"] == round(0.3 * mixture / 0.7)
     for name in ("val", "heldout"):
         repair = PolicyEval.from_json(summary["evaluation"][name]).repair
-        assert repair is not None and 0 <= repair["first_wrong"] <= repair["got_feedback"]
-        for figure in ("repaired", "broken", "passed"):
-            assert repair[figure] is None or 0 <= repair[figure] <= 1
+        assert repair is not None
+        for how in (repair, repair["sampled"]):  # greedy, and as RL samples (2 episodes a question here)
+            assert 0 <= how["first_wrong"] <= how["got_feedback"]
+            for figure in ("repaired", "broken", "passed", "ran", "unchanged"):
+                assert how[figure] is None or 0 <= how[figure] <= 1
+        assert repair["sampled"]["got_feedback"] <= 2 * PolicyEval.from_json(summary["evaluation"][name]).overall.n
     saved = json.loads((out / "bootstrap.json").read_text())
     assert saved["evaluation"]["val"]["repair"] == summary["evaluation"]["val"]["repair"]
     assert "repair:" in (out / "bootstrap.json").read_text()  # the kinds drawn are recorded
+    assert "repair:wrong_noun" in info["kinds"]

@@ -121,15 +121,16 @@ def format_table(result: PolicyEval) -> str:
             f"{name:<22}{s.n:>5}{100 * s.greedy:>8.1f}%{100 * s.sampled:>8.1f}%{100 * s.pass_at_k:>8.1f}%"
             f"{100 * s.gold:>7.1f}%"
         )
-    r = result.repair
-    if r and r["got_feedback"]:
 
-        def pct(v: float | None) -> str:
-            return "-" if v is None else f"{100 * v:.1f}%"
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
 
-        lines.append(
-            f"repair (greedy, 2 turns): {r['got_feedback']} first programs got feedback, {r['first_wrong']} of them "
-            f"wrong: repaired {pct(r['repaired'])}, right ones broken {pct(r['broken'])}, "
-            f"second programs passing their unit tests {pct(r['passed'])}"
-        )
+    for how, r in (("greedy", result.repair), ("sampled", (result.repair or {}).get("sampled"))):
+        if r and r["got_feedback"]:
+            lines.append(
+                f"repair ({how}, 2 turns): {r['got_feedback']} first programs got feedback, {r['first_wrong']} of "
+                f"them wrong: repaired {pct(r['repaired'])}, right ones broken {pct(r['broken'])}; second programs "
+                f"passing their unit tests {pct(r['passed'])}, running {pct(r.get('ran'))}, "
+                f"unchanged {pct(r.get('unchanged'))}"
+            )
     return "\n".join(lines)

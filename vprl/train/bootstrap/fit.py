@@ -48,7 +48,7 @@ from vprl.train.bootstrap.check import PolicyEval, evaluate_policy, format_table
 from vprl.train.bootstrap.mixture import plan_mixture
 from vprl.train.bootstrap.other_tasks import other_tasks, task_family
 from vprl.train.bootstrap.pairs import SFTPair
-from vprl.train.bootstrap.repair_pairs import REPAIR_FORMAT, add_repair_pairs, repair_figure, within_context
+from vprl.train.bootstrap.repair_pairs import REPAIR_FORMAT, add_repair_pairs, repair_figures, within_context
 from vprl.train.policy.tiny import TinyModelConfig, build_model, parameter_count, train_tokenizer
 from vprl.train.prompts import PromptConfig, PromptTemplate
 
@@ -56,7 +56,14 @@ VERSION = 1  # bump when the recipe changes so cached policies are rebuilt
 TASKS = ("vqa", "itm", "grounding")
 # Keys added after policies were cached: at these values they stay out of the cache key, so the
 # quickstart's policy keeps its key (and its documented figures).
-LATER_KEYS = {"tasks": ["vqa"], "world_winoground": 4, "world_sugarcrepe": 1, "world_refcoco": 4, "repair_share": 0.0}
+LATER_KEYS = {
+    "tasks": ["vqa"],
+    "world_winoground": 4,
+    "world_sugarcrepe": 1,
+    "world_refcoco": 4,
+    "repair_share": 0.0,
+    "repair_noun_share": 0.0,
+}
 
 
 # The names the cache key has always used for settings since renamed (docs/configs.md): a policy
@@ -99,6 +106,10 @@ class BootstrapConfig(TinyModelConfig):
     repair_share: float = field(
         default=0.0, metadata={"help": "share of the pairs that are repair examples (repair_pairs.py)"}
     )
+    repair_noun_share: float = field(
+        default=0.0,
+        metadata={"help": "share of the repair examples whose wrong program names another shape (wrong_noun)"},
+    )
     # supervised training
     epochs: float = field(default=3.0, metadata={"help": "passes over the mixture"})
     max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (-1: epochs decide)"})
@@ -135,6 +146,8 @@ class BootstrapConfig(TinyModelConfig):
                 raise ValueError(f"BootstrapConfig.{name} must be in [0, 1], got {value}")
         if not 0 <= self.repair_share < 1:
             raise ValueError(f"BootstrapConfig.repair_share must be in [0, 1), got {self.repair_share}")
+        if not 0 <= self.repair_noun_share <= 1:
+            raise ValueError(f"BootstrapConfig.repair_noun_share must be in [0, 1], got {self.repair_noun_share}")
         for name in (
             "world_train",
             "world_val",
@@ -299,7 +312,7 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
     }
     if repair:
         evals = {
-            name: replace(e, repair=repair_figure(model, tokenizer, tasks[name][: e.overall.n], root, out, cfg))
+            name: replace(e, repair=repair_figures(model, tokenizer, tasks[name][: e.overall.n], root, out, cfg))
             for name, e in evals.items()
         }
     timings["eval_s"] = time.perf_counter() - t
