@@ -12,7 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.repair import _curve_summary, collect, records  # noqa: E402
+from bench.repair import collect, records  # noqa: E402
+from bench.repair_report import _curve_summary  # noqa: E402
 
 
 def _folder(root: Path, seed: int) -> Path:

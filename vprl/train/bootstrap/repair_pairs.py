@@ -11,10 +11,9 @@ they run and answer wrong) and, a `BROKEN_SHARE` of the time, one that does not 
 method the API does not have, a dropped closing bracket). With `repair_noun_share` N, a share N of
 them are the tiny policy's commonest slip when it samples (`wrong_noun`: a `find`/`exists` phrase
 naming another shape than the question's; mostly an IndexError at `[0]`, else a wrong answer). Each
-is played as the first turn of a
-two-turn episode through the training's own `EpisodeLoop` (the sandboxed runner, the rewards and
-the feedback `bench/repair.py` trains with: the error, the tool calls, the failed visual unit
-tests; no label), and the gold program as its second. A wrong program whose run gets no feedback
+is played as the first turn of a two-turn episode through the training's own `EpisodeLoop` (the
+sandboxed runner, the rewards and the feedback `bench/repair.py` trains with: the error, the tool
+calls, the failed visual unit tests; no label), and the gold program as its second. A wrong program whose run gets no feedback
 (it passes its unit tests) makes no pair. The measurement plays the same episodes with the policy's
 greedy programs (`repair_figure`).
 """

@@ -1,0 +1,147 @@
+"""bench/repair.py's figures from its records: unseen-question scores per arm, mode and policy,
+the comparisons and gains with their intervals, the repair-rate summary and plot, and the markdown
+the bench prints. Running the arms is bench/repair.py's job; this reads what it wrote."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.train.evaluation.gains import paired_gain, question_scores, share_of_gain
+from vprl.train.evaluation.seen import seen_queries, split_seen
+
+UNSEEN = "shapes:val-unseen"
+MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "repair")
+
+
+def _executions(predictions: str, labels: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Mean program executions per unseen question (`attempts`) per policy and mode."""
+    sums: dict[tuple[str, str], list[int]] = {}
+    names = {label: name for name, label in labels.items()}
+    with open(predictions, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if row["mode"] in names and row["dataset"] == UNSEEN:
+                sums.setdefault((row["policy"], names[row["mode"]]), []).append(int(row.get("attempts") or 1))
+    out: dict[str, dict[str, float]] = {}
+    for (policy, mode), counts in sums.items():
+        out.setdefault(policy, {})[mode] = statistics.mean(counts)
+    return out
+
+
+def unseen_scores(run: dict, eval_world: Path, mode: str, policy: str) -> dict[str, float]:
+    tasks = load_shapes_tasks(eval_world, ["val"])
+    data = split_seen({"shapes:val": tasks["val"]}, ["shapes:val"], seen_queries(run["seen_from"]))
+    return question_scores(run["predictions"], data[UNSEEN], policy, run["labels"][mode], dataset=UNSEEN)
+
+
+def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
+    """The figures of `runs` (records of `arms`), on the unseen questions of `eval_world`."""
+    by_arm = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
+    seeds = sorted({r["seed"] for r in runs})
+    if any([r["seed"] for r in rs] != seeds for rs in by_arm.values() if rs):
+        raise ValueError(
+            f"every arm needs every seed {seeds}: { ({a: [r['seed'] for r in rs] for a, rs in by_arm.items()}) }"
+        )
+
+    def scores(arm: str, mode: str, policy: str = "after_rl") -> list[dict[str, float]]:
+        return [unseen_scores(r, eval_world, mode, policy) for r in by_arm[arm]]
+
+    summary: dict = {"seeds": seeds, "comparisons": {}, "gains": {}, "accuracy": {}, "executions": {}}
+    if by_arm["repair"] and by_arm["single"]:
+        repaired = scores("repair", "repair")
+        for mode in ("unit_test_select", "majority", "reprompt_tests", "single"):
+            summary["comparisons"][f"repair run, 2-turn repair − single run, {mode}"] = paired_gain(
+                scores("single", mode), repaired
+            ).to_json()
+    for arm, rs in by_arm.items():
+        if not rs:
+            continue
+        own = "single" if arm == "single" else "repair"
+        summary["gains"][arm] = paired_gain(scores(arm, own, "before_rl"), scores(arm, own)).to_json()
+        summary["accuracy"][arm] = {
+            mode: {
+                policy: statistics.mean(statistics.mean(s.values()) for s in scores(arm, mode, policy))
+                for policy in ("before_rl", "after_rl")
+            }
+            for mode in MODES
+        }
+        summary["executions"][arm] = {
+            mode: statistics.mean(_executions(r["predictions"], r["labels"])["after_rl"][mode] for r in rs)
+            for mode in MODES
+        }
+        curves = [r["repair_curve"] for r in rs if r["repair_curve"]]
+        if curves:
+            summary.setdefault("repair_rate", {})[arm] = _curve_summary(curves)
+    if by_arm["repair"] and by_arm["repair_label_free"]:
+        labelled = (scores("repair", "repair", "before_rl"), scores("repair", "repair"))
+        free = (scores("repair_label_free", "repair", "before_rl"), scores("repair_label_free", "repair"))
+        summary["label_free_share"] = share_of_gain(labelled, free).to_json()
+        summary["leaks"] = [p for r in by_arm["repair_label_free"] for p in (r["leaks"] or [])]
+    return summary
+
+
+def _curve_summary(curves: list[list[tuple[int, float]]], window: int = 20) -> dict:
+    """Per seed: the repair rate over the first and the last `window` steps (mean), and the lowest
+    mean of any `window` consecutive steps after the first window (a collapse shows there)."""
+    rows = []
+    for curve in curves:
+        rates = [r for _, r in curve]
+        means = [statistics.mean(rates[i : i + window]) for i in range(0, max(len(rates) - window + 1, 1))]
+        rows.append({"first": means[0], "last": means[-1], "lowest_after_first": min(means[1:] or means)})
+    return {"per_seed": rows, "last_mean": statistics.mean(r["last"] for r in rows)}
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for r in runs:
+        if not r["repair_curve"]:
+            continue
+        steps, rates = zip(*r["repair_curve"])
+        smooth = [statistics.mean(rates[max(0, i - 9) : i + 1]) for i in range(len(rates))]
+        style = "-" if r["arm"] == "repair" else "--"
+        ax.plot(steps, smooth, style, label=f"{r['arm']} seed {r['seed']}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("repair rate (10-step mean)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def markdown(summary: dict) -> str:
+    def cell(g: dict) -> str:
+        return f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f} [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]"
+
+    lines = [f"seeds {summary['seeds']}; points on unseen training-family questions: mean ± std [95 % interval]", ""]
+    lines += ["| comparison | points |", "|---|---|"]
+    lines += [f"| {name} | {cell(g)} |" for name, g in summary["comparisons"].items()]
+    lines += [f"| {arm}: gain after RL (own mode) | {cell(g)} |" for arm, g in summary["gains"].items()]
+    lines += ["", "| arm | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
+    for arm, by_mode in summary["accuracy"].items():
+        cells = [
+            f"{100 * v['before_rl']:.1f}→{100 * v['after_rl']:.1f} ({summary['executions'][arm][m]:.2f} runs)"
+            for m, v in by_mode.items()
+        ]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    for arm, rate in summary.get("repair_rate", {}).items():
+        per = "; ".join(
+            f"{100 * r['first']:.0f}→{100 * r['last']:.0f} % (lowest {100 * r['lowest_after_first']:.0f} %)"
+            for r in rate["per_seed"]
+        )
+        lines.append(f"\nrepair rate of {arm}, first → last 20 steps per seed: {per}")
+    if "label_free_share" in summary:
+        s = summary["label_free_share"]
+        lines.append(
+            f"\nlabel-free repair gain as a share of the labelled one: {100 * s['mean']:.0f} % "
+            f"[{100 * s['low']:.0f}, {100 * s['high']:.0f}]; files holding the sentinel: {len(summary['leaks'])}"
+        )
+    return "\n".join(lines)
