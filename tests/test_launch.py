@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,9 @@ SCRIPTS = [REPO / "vprl/train/launch/node.sh", REPO / "vprl/train/launch/slurm.s
 # `ray.init()` that started its own cluster wrote one) `ray start` turns token auth on and
 # `ray status` does not, so a probe would be refused by a live cluster.
 RAY_AUTH = {"RAY_AUTH_MODE": "disabled"}
+# A `ray start --block` told to stop drains its node for up to 30 s first; the launchers turn that off
+# (their service has no client once training has ended) and the tests' own Ray does the same.
+NO_DRAIN = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -79,7 +83,7 @@ RECORDER = """#!{python}
 import json, os, signal, subprocess, sys, time
 name = os.path.basename(sys.argv[0])
 args = sys.argv[1:]
-env = {{k: os.environ[k] for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES") if k in os.environ}}
+env = {{k: os.environ[k] for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S") if k in os.environ}}
 def log(**extra):
     with open(os.environ["LAUNCH_LOG"], "a") as f:
         f.write(json.dumps({{"cmd": name, "args": args, "env": env, **extra}}) + "\\n")
@@ -165,6 +169,7 @@ def test_slurm_launcher_steps_overlap_use_tensor_parallel_and_stop_only_their_ow
     started = [c for c in calls if c["cmd"] in ("ray", "trl") and "stopped" not in c and c["args"][0] != "status"]
     stopped = [c for c in calls if c.get("stopped")]
     assert len(started) == 3 and len(stopped) == 3  # the Ray head, one Ray worker and vLLM, each ended
+    assert all(c["env"].get("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S") == "0" for c in started if c["cmd"] == "ray")
     address = "10.0.0.7:6379"
     (serve,) = [c for c in calls if c["cmd"] == "python" and "vprl.executor.serve" in c["args"]]
     (train,) = [c for c in calls if c["cmd"] == "accelerate"]
@@ -206,6 +211,10 @@ def test_item7_a_ray_head_that_never_starts_has_a_deadline(tmp_path):
 
 
 def _ray_answers(ray: str, port: str) -> bool:
+    # `ray status` waits about 40 s for a GCS that is not there; a closed port says so at once.
+    with socket.socket() as probe_socket:
+        if probe_socket.connect_ex(("127.0.0.1", int(port))) != 0:
+            return False
     probe = subprocess.run(
         [ray, "status", "--address", f"127.0.0.1:{port}"],
         env={**os.environ, **RAY_AUTH},
@@ -228,7 +237,9 @@ def test_node_launcher_stops_only_the_ray_it_started(tmp_path):
     _stand_ins(bin_dir, ["python"])
     (bin_dir / "ray").write_text(
         f'#!/usr/bin/env bash\nif [[ $1 == stop ]]; then echo "{{\\"cmd\\": \\"ray\\", \\"args\\": [\\"stop\\"]}}" '
-        f'>>"$LAUNCH_LOG"; exit 0; fi\nexec {real_ray} "$@"\n'
+        f'>>"$LAUNCH_LOG"; exit 0; fi\n'
+        f'if [[ $1 == start ]]; then echo "{{\\"cmd\\": \\"ray start\\", \\"args\\": [], \\"drain\\": \\"$RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S\\"}}" '
+        f'>>"$LAUNCH_LOG"; fi\nexec {real_ray} "$@"\n'
     )
     (bin_dir / "ray").chmod(0o755)
     log = tmp_path / "calls.jsonl"
@@ -237,7 +248,7 @@ def test_node_launcher_stops_only_the_ray_it_started(tmp_path):
     other_ray = subprocess.Popen(
         [real_ray, "start", "--head", "--block", "--port", other, "--num-cpus", "0"]
         + ["--include-dashboard", "false", "--disable-usage-stats"],
-        env={**os.environ, **RAY_AUTH},
+        env={**os.environ, **RAY_AUTH, **NO_DRAIN},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -261,6 +272,7 @@ def test_node_launcher_stops_only_the_ray_it_started(tmp_path):
         calls = _calls(log)
         assert proc.returncode == 3, proc.stderr[-3000:]
         assert not [c for c in calls if c["cmd"] == "ray"], "the launcher ran `ray stop`"
+        assert [c["drain"] for c in calls if c["cmd"] == "ray start"] == ["0"]  # and its end does not wait 30 s
         (train,) = [c for c in calls if c["args"][:1] == ["vprl/train/rl.py"]]
         assert train["env"]["RAY_ADDRESS"] == f"127.0.0.1:{ours}"
         assert not _ray_answers(real_ray, ours)

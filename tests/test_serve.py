@@ -206,6 +206,7 @@ def test_two_ranks_train_on_one_served_stack_and_share_its_batches(tmp_path, clu
         after = {name: serve.get_app_handle(settings.app(name)).stats.remote().result() for name in names}
     finally:
         undeploy(settings)
+    assert not {settings.app(name) for name in names} & set(serve.status().applications)  # gone on return
     calls = sum(after[n]["calls"] - before[n]["calls"] for n in names)
     mixed = sum(after[n]["mixed_batches"] - before[n]["mixed_batches"] for n in names)
     assert calls > 0 and mixed > 0, after

@@ -6,6 +6,7 @@ returns once every replica has, so a deployed stack answers its first call witho
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +100,16 @@ def deploy(stack: str | Path | dict[str, Any], address: str | None = None) -> Se
     return settings
 
 
-def undeploy(settings: ServeSettings) -> None:
+def undeploy(settings: ServeSettings, timeout_s: float = 60.0) -> None:
+    """Delete every application of the stack; returns once they are gone."""
     from ray import serve
 
-    for name in settings.placements:
-        serve.delete(settings.app(name))
+    names = {settings.app(name) for name in settings.placements}
+    # All at once, as deploy starts them: one blocking delete after another waits about 3 s each.
+    for name in names:
+        serve.delete(name, _blocking=False)
+    deadline = time.monotonic() + timeout_s
+    while left := names & set(serve.status().applications):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"tool applications still there {timeout_s:.0f} s after their deletion: {sorted(left)}")
+        time.sleep(0.1)

@@ -28,6 +28,9 @@ RAY_PORT=${RAY_PORT:-6379}
 VLLM_PORT=${VLLM_PORT:-8000}
 MAIN_PORT=${MAIN_PORT:-29500}
 PYTHON=${PYTHON:-python}
+# Ray drains a node it is told to stop (up to 30 s) so that Serve can move replicas elsewhere; this
+# service has no elsewhere and no client once the training has ended, so the wait only holds the GPUs.
+export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-0}
 count() {
     if [[ -z $1 ]]; then echo 0; else awk -F, '{print NF}' <<<"$1"; fi
 }
