@@ -16,6 +16,27 @@ def pytest_configure(config):
     adopt_orphans()
 
 
+def pytest_collection_modifyitems(config, items):
+    # The tests that read a background job's result run last: the job has had the suite to finish.
+    waiting = [item for item in items if item.get_closest_marker("background")]
+    items[:] = [item for item in items if not item.get_closest_marker("background")] + waiting
+
+
+def pytest_collection_finish(session):
+    import background_jobs
+
+    if session.config.option.collectonly:
+        return
+    names = [m.args[0] for item in session.items if (m := item.get_closest_marker("background"))]
+    background_jobs.start(list(dict.fromkeys(names)))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import background_jobs
+
+    background_jobs.stop_all()
+
+
 @pytest.fixture()
 def store():
     """An ImageStore holding one 200x100 image, left half red and right half blue: `(store, ref)`."""

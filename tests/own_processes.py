@@ -15,6 +15,9 @@ import os
 from vprl.executor.sandbox.uids import SANDBOX_UID_BASE
 
 PR_SET_CHILD_SUBREAPER = 36
+# Roots of process trees this run started that no test owns: the background jobs
+# (tests/background_jobs.py) run beside the tests, and their sandboxes are theirs.
+FOREIGN: set[int] = set()
 
 
 def adopt_orphans(on: bool = True) -> None:
@@ -60,6 +63,8 @@ def _descends_from(pid: int, ancestor: int, table: dict[int, tuple[int, int, str
     seen = set()
     while pid in table and pid not in seen:
         seen.add(pid)
+        if pid in FOREIGN:
+            return False
         pid = table[pid][0]
         if pid == ancestor:
             return True

@@ -2,7 +2,9 @@
 run that writes a loadable policy, caches it, and evaluates it through the sandboxed executor."""
 
 import json
+import sys
 
+import background_jobs
 import numpy as np
 import pytest
 import torch
@@ -117,6 +119,13 @@ def test_tiny_bootstrap_writes_a_loadable_policy_and_caches(tmp_path, capsys):
     assert ensure_tiny_policy(cfg) == out and (out / "model.safetensors").stat().st_mtime_ns == mtime
 
 
+FULL_BOOTSTRAP = background_jobs.register(
+    "full_bootstrap",
+    lambda out: [sys.executable, "-m", "vprl.train.bootstrap", "--out", str(out / "policy"), "--seed", "0",
+                 "--tool_stack", "oracle", "--eval_heldout", "0", "--threads", "1"],
+)  # fmt: skip
+
+
 def _num(text):
     try:
         return int(text)
@@ -124,14 +133,20 @@ def _num(text):
         return text
 
 
-def test_full_bootstrap_starts_imperfect_but_promising(tmp_path):
+@pytest.mark.background(FULL_BOOTSTRAP)
+def test_full_bootstrap_starts_imperfect_but_promising():
     """The default recipe: greedy well below the gold ceiling on the training families, and samples
     that find the gold often enough (pass@8 well above greedy) for RL to have something to raise.
     The recipe's training as it is; of its evaluation only the training families' (the held-out
-    families' is not asserted here, and the tiny bootstrap above evaluates both). One torch thread:
-    two on a busy 2-core box spin (over 300 s where one takes about 150; threads are not in the recipe)."""
-    argv = ["--out", str(tmp_path / "policy"), "--seed", "0", "--tool_stack", "oracle", "--eval_heldout", "0"]
-    summary = main([*argv, "--threads", "1"])
+    families' is not asserted here, and the tiny bootstrap above evaluates both). Its command line
+    runs beside the suite (tests/background_jobs.py), at one torch thread: two on a busy 2-core box
+    spin (over 300 s where one takes about 150; threads are not in the recipe)."""
+    done = background_jobs.result(FULL_BOOTSTRAP)
+    assert done.returncode == 0, done.log_tail
+    summary = json.loads((done.out / "policy" / "bootstrap.json").read_text())
     val = PolicyEval.from_json(summary["evaluation"]["val"]).overall
+    assert (
+        summary["config"]["seed"] == 0 and summary["key"] == BootstrapConfig(tool_stack="oracle", eval_heldout=0).key()
+    )
     assert val.gold == 1.0 and 0.1 <= val.greedy <= 0.6
     assert val.sampled >= 0.1 and val.pass_at_k >= val.greedy + 0.2

@@ -13,11 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+import background_jobs
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,31 +28,34 @@ RATIO_TOLERANCE = 1e-4  # float32 engine and trainer: the ratios are 1 up to sum
 # and the query: up to 1.7e-4 seen). A token drawn from another context would differ by 0.1 or more.
 TOKEN_TOLERANCE = 5e-4
 
-# One driver run (about 6 minutes on 2 cores: imports, eight engine starts, the tiny runs) serves
-# every test here; the fixture's time counts against the first test.
-pytestmark = pytest.mark.timeout(2700)
+# One driver run (about 3 minutes on one core: imports, eight engine starts, the tiny runs) serves
+# every test here; it runs beside the rest of the suite (tests/background_jobs.py) and these tests last.
+pytestmark = [pytest.mark.timeout(2700), pytest.mark.background("vllm_cpu_engine")]
+
+
+def _engine_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # 1 GiB of KV cache is plenty for the tiny policy; one OpenMP thread: the machine's other core
+    # runs the rest of the suite meanwhile.
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.update(WANDB_MODE="offline")
+    return env
+
+
+background_jobs.register(
+    "vllm_cpu_engine", lambda out: [str(ENGINE_ENV / "bin" / "python"), str(DRIVER), str(out)], _engine_env()
+)
 
 
 @pytest.fixture(scope="module")
-def record(tmp_path_factory, request) -> dict:
-    python = ENGINE_ENV / "bin" / "python"
+def record(request) -> dict:
     if not (ENGINE_ENV / ".installed").is_file():
         raise AssertionError(
             f"{ENGINE_ENV} is not installed: run `make test` (Makefile target $(VLLM_VENV)/.installed)"
         )
-    out = tmp_path_factory.mktemp("vllm_cpu")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    # 1 GiB of KV cache is plenty for the tiny policy; two OpenMP threads: the machine's cores.
-    env.update(VLLM_CPU_KVCACHE_SPACE="1", OMP_NUM_THREADS="2", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    env.update(WANDB_MODE="offline")
-    start = time.monotonic()
-    with open(out / "driver.log", "w") as log:
-        done = subprocess.run(
-            [str(python), str(DRIVER), str(out)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    seconds = time.monotonic() - start
-    results_file = out / "results.json"
-    tail = (out / "driver.log").read_text(errors="replace")[-6000:]
+    done = background_jobs.result("vllm_cpu_engine")
+    results_file = done.out / "results.json"
+    tail = (done.out / "job.log").read_text(errors="replace")[-6000:]
     if not results_file.is_file():
         raise AssertionError(f"the driver wrote no results (exit {done.returncode}); its log ends:\n{tail}")
     results = json.loads(results_file.read_text())
@@ -61,7 +63,7 @@ def record(tmp_path_factory, request) -> dict:
     paths = ", ".join(f"{name} {entry['seconds']} s" for name, entry in results.items())
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        print(f"\nreal vLLM engine: {seconds:.0f} s in all ({paths})", flush=True)
+        print(f"\nreal vLLM engine: {done.seconds:.0f} s in all ({paths})", flush=True)
     results["_log_tail"] = tail
     results["_returncode"] = done.returncode
     return results
