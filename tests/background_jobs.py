@@ -55,7 +55,7 @@ class Job:
 
 
 JOBS: dict[str, Job] = {}
-_ROOT: Path | None = None
+_ROOTS: list[Path] = []  # one folder per start()
 
 
 def register(name: str, command: Callable[[Path], list[str]], env: dict[str, str] | None = None) -> str:
@@ -68,19 +68,18 @@ def register(name: str, command: Callable[[Path], list[str]], env: dict[str, str
 
 def start(names: list[str]) -> None:
     """Run the named jobs, one after another, in a thread of this process."""
-    global _ROOT
     jobs = [JOBS[name] for name in names]
     if not jobs:
         return
-    _ROOT = Path(tempfile.mkdtemp(prefix="vprl-background-"))
+    _ROOTS.append(Path(tempfile.mkdtemp(prefix="vprl-background-")))
     for job in jobs:
         job.queued = True
-    threading.Thread(target=_run_all, args=(jobs,), name="background-jobs", daemon=True).start()
+    threading.Thread(target=_run_all, args=(jobs, _ROOTS[-1]), name="background-jobs", daemon=True).start()
 
 
-def _run_all(jobs: list[Job]) -> None:
+def _run_all(jobs: list[Job], root: Path) -> None:
     for job in jobs:
-        job.out = _ROOT / job.name
+        job.out = root / job.name
         job.out.mkdir()
         log = job.out / "job.log"
         began = time.monotonic()
@@ -120,5 +119,5 @@ def stop_all() -> None:
         if job.process is not None and job.process.poll() is None:
             os.killpg(job.process.pid, signal.SIGKILL)
             job.process.wait()
-    if _ROOT is not None:
-        shutil.rmtree(_ROOT)
+    while _ROOTS:
+        shutil.rmtree(_ROOTS.pop())

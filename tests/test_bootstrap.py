@@ -134,6 +134,7 @@ def _num(text):
 
 
 @pytest.mark.background(FULL_BOOTSTRAP)
+@pytest.mark.timeout(900)  # run alone, the test waits out the whole job (about 150 s, more on a slow box)
 def test_full_bootstrap_starts_imperfect_but_promising():
     """The default recipe: greedy well below the gold ceiling on the training families, and samples
     that find the gold often enough (pass@8 well above greedy) for RL to have something to raise.
