@@ -39,7 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprl.data.shapes.tasks import load_shapes_tasks  # noqa: E402
-from vprl.train.evaluation.gains import paired_gain, question_scores, share_of_gain  # noqa: E402
+from vprl.train.evaluation.gains import Gain, paired_gain, question_scores, share_of_gain  # noqa: E402
 from vprl.train.evaluation.seen import seen_queries, split_seen  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -287,9 +287,7 @@ def markdown(summary: dict) -> str:
             if g is None:
                 cells.append("")
             elif "low" in g:
-                cells.append(
-                    f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f} [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]"
-                )
+                cells.append(Gain(**g).text())
             else:
                 cells.append(f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f}")
         lines.append(f"| {key} | " + " | ".join(cells) + " |")

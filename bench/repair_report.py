@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from vprl.data.shapes.tasks import load_shapes_tasks
-from vprl.train.evaluation.gains import paired_gain, question_scores, share_of_gain
+from vprl.train.evaluation.gains import Gain, paired_gain, question_scores, share_of_gain
 from vprl.train.evaluation.seen import seen_queries, split_seen
 
 UNSEEN = "shapes:val-unseen"
@@ -118,13 +118,10 @@ def plot(runs: list[dict], path: Path) -> None:
 
 
 def markdown(summary: dict) -> str:
-    def cell(g: dict) -> str:
-        return f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f} [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]"
-
     lines = [f"seeds {summary['seeds']}; points on unseen training-family questions: mean ± std [95 % interval]", ""]
     lines += ["| comparison | points |", "|---|---|"]
-    lines += [f"| {name} | {cell(g)} |" for name, g in summary["comparisons"].items()]
-    lines += [f"| {arm}: gain after RL (own mode) | {cell(g)} |" for arm, g in summary["gains"].items()]
+    lines += [f"| {name} | {Gain(**g).text()} |" for name, g in summary["comparisons"].items()]
+    lines += [f"| {arm}: gain after RL (own mode) | {Gain(**g).text()} |" for arm, g in summary["gains"].items()]
     lines += ["", "| arm | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
     for arm, by_mode in summary["accuracy"].items():
         cells = [

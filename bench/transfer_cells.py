@@ -20,7 +20,7 @@ from vprl.data.loaders.gqa import is_balanced
 from vprl.data.records import Example
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.train.evaluation import official
-from vprl.train.evaluation.gains import PREDICTION_FIELDS, paired_gain
+from vprl.train.evaluation.gains import PREDICTION_FIELDS, Gain, paired_gain
 from vprl.train.evaluation.metrics import Prediction
 from vprl.train.evaluation.seen import seen_queries, split_seen
 
@@ -136,10 +136,7 @@ def markdown(summary: dict) -> str:
         "|---|" + "---|" * len(names),
     ]
     for arm, gains in summary["gains"].items():
-        cells = [
-            f"{100 * g['mean']:+.1f} ± {100 * g['std']:.1f} [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]"
-            for g in (gains[n] for n in names)
-        ]
+        cells = [Gain(**gains[n]).text() for n in names]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     acc = summary["accuracy"]
     lines += ["", "accuracy (%, mean over seeds), before RL and after each arm:", ""]

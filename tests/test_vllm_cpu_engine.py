@@ -55,16 +55,15 @@ def record(request) -> dict:
         )
     done = background_jobs.result("vllm_cpu_engine")
     results_file = done.out / "results.json"
-    tail = (done.out / "job.log").read_text(errors="replace")[-6000:]
     if not results_file.is_file():
-        raise AssertionError(f"the driver wrote no results (exit {done.returncode}); its log ends:\n{tail}")
+        raise AssertionError(f"the driver wrote no results (exit {done.returncode}); its log ends:\n{done.log_tail}")
     results = json.loads(results_file.read_text())
     # The run time of each path in the CI log, past pytest's output capture.
     paths = ", ".join(f"{name} {entry['seconds']} s" for name, entry in results.items())
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         print(f"\nreal vLLM engine: {done.seconds:.0f} s in all ({paths})", flush=True)
-    results["_log_tail"] = tail
+    results["_log_tail"] = done.log_tail
     results["_returncode"] = done.returncode
     return results
 
