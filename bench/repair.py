@@ -122,6 +122,8 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
     torch.set_num_threads(args.threads)
 
     recipe, rl_args = ARMS[arm]
+    # Checkpoints often: a call stopped midway (a session's end) resumes from the last one.
+    rl_args += f" --save_steps {args.save_steps}"
     if arm != "single":
         rl_args += f" --repair_pass_threshold {args.pass_threshold}"
     if arm == "repair_label_free":
@@ -236,6 +238,12 @@ def main(argv: list[str] | None = None) -> dict:
         type=int,
         default=2,
         help="torch CPU threads of the bootstrap and RL (default: 2; 1 to run one call per seed side by side)",
+    )
+    parser.add_argument(
+        "--save_steps",
+        type=int,
+        default=10,
+        help="RL checkpoint interval: an interrupted call resumes from the last checkpoint (default: 10)",
     )
     parser.add_argument(
         "--collect",
