@@ -27,7 +27,8 @@ Figures, with 95 % intervals from a two-level bootstrap (seeds, then questions;
 against its majority of 2 and against its untrained re-prompting; each arm's gain (after - before)
 in its own mode; the label-free repair gain as a share of the labelled one; the mean executions per
 question in each mode; the repair rate per step (metrics.jsonl), plotted to `<out>/repair_rate.png`.
-Records go to `<out>/runs.jsonl` (an interrupted call resumes), figures to `<out>/repair.json`.
+Records go to `<out>/runs.jsonl`, figures to `<out>/repair.json`. An interrupted call, run again,
+skips the arms it recorded and resumes the one it was in from its last checkpoint (`--save_steps`).
 
 One call per seed side by side, at one thread each, lets every seed progress at once (on two cores
 no faster: 40 s a repair step per call with three side by side, 13.4 s of the machine a step, against
@@ -122,7 +123,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
     torch.set_num_threads(args.threads)
 
     recipe, rl_args = ARMS[arm]
-    # Checkpoints often: a call stopped midway (a session's end) resumes from the last one.
+    # Checkpoints often: a call stopped midway (a session's end) resumes from the last one (resume: true).
     rl_args += f" --save_steps {args.save_steps}"
     if arm != "single":
         rl_args += f" --repair_pass_threshold {args.pass_threshold}"

@@ -31,6 +31,7 @@ from vprl.train.recipe.checks import Checked, validate
 from vprl.train.recipe.data import build_prompts
 from vprl.train.recipe.parsing import ConfigError, run_command
 from vprl.train.recipe.rl_config import RLConfig, parse_rl_config
+from vprl.train.repair.log import EpisodeLog, episode_logs
 from vprl.train.rollouts.log import RolloutLog
 from vprl.train.runs import folder as runs
 from vprl.train.runs.manifest import manifest
@@ -97,6 +98,15 @@ def check_device(trainer_device) -> None:
         raise RuntimeError(f"accelerate trains this process on {trainer_device} but its tools would load on {ours}")
 
 
+def cut_logs_back(run_dir: Path, step: int | None) -> int:
+    """The run's logs (rollouts, metrics, every process's repair episodes) cut back to `step`, the
+    checkpoint a resume restores (None: no checkpoint, nothing kept), so that the steps it replays
+    are logged once; returns how many rows went."""
+    dropped = RolloutLog.in_run(run_dir).truncate_after(step)
+    dropped += runs.MetricsLog(run_dir).truncate_after(step)
+    return dropped + sum(EpisodeLog(path).truncate_after(step) for path in episode_logs(run_dir))
+
+
 @contextmanager
 def executor(checked: Checked):
     """The tool backend, tool host and sandboxed runner, for the whole run, with the stack's models
@@ -142,9 +152,7 @@ def main(argv: list[str] | None = None) -> Path:
             runs.write_config(run_dir, flat)
             runs.write_manifest(run_dir, manifest(cfg, checked, backend, runner.runner.layers, hashes, checkpoint))
             if cfg.algorithm != "rest":
-                step = checkpoint[0] if checkpoint else None
-                dropped = RolloutLog.in_run(run_dir).truncate_after(step)
-                dropped += runs.MetricsLog(run_dir).truncate_after(step)
+                dropped = cut_logs_back(run_dir, checkpoint[0] if checkpoint else None)
                 if resuming and checkpoint:
                     logger.info(
                         "resuming %s from step %d (%s; %d log rows after it dropped)",

@@ -10,13 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from vprl.train.repair.episode import Turn
-from vprl.train.repair.log import EPISODES_FILE, EpisodeLog
+from vprl.train.repair.log import EpisodeLog, episode_logs
 from vprl.train.view.cards import show
 from vprl.train.view.traces import call_marks
-
-
-def episode_files(run: Path) -> list[Path]:
-    return sorted({*run.glob(EPISODES_FILE), *run.glob("episodes.rank*.jsonl")})
 
 
 def attach_turns(cards: list[dict[str, Any]], run: Path) -> int:
@@ -28,7 +24,7 @@ def attach_turns(cards: list[dict[str, Any]], run: Path) -> int:
     for c in cards:
         wanted[c.get("s"), c.get("e"), c.get("prog")].append(c)
     found = 0
-    for path in episode_files(run):
+    for path in episode_logs(run):
         for step, episode in EpisodeLog(path).read():
             queue = wanted.get((step, episode.example_id, episode.final.program))
             if not queue:
