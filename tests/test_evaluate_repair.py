@@ -131,6 +131,26 @@ def test_keep_best_takes_the_better_scoring_program(world, tasks, runners):
             assert p.unit_test_score == max(scores)
 
 
+def test_later_turns_are_greedy_or_sampled_as_in_training(world, tasks, runners):
+    """`later_turns: sampled` writes the programs after the first at the mode's temperature (as a repair
+    run's training episodes are written); the first program stays greedy, and greedy is the default."""
+    examples = tasks["val"]
+    temperatures = {}
+    for later in ("greedy", "sampled"):
+        policy = RepairPolicy(all_gold(world))
+        (mode,) = mode_configs(EvalConfig(modes="repair", stop_when="passed", later_turns=later))
+        assert mode.later_turns == later
+        preds = run_mode(context(policy, runners, tuned=False), examples, mode)
+        assert any(len(p.turns) == 2 for p in preds) and policy.conversations()
+        temperatures[later] = [temperature for _, temperature, *_ in policy.calls]
+    assert temperatures["greedy"] == [0.0, 0.0]
+    assert temperatures["sampled"] == [0.0, 1.0]
+    (mode,) = mode_configs(EvalConfig(modes="repair", later_turns="sampled"))
+    assert mode.label.endswith(", later ones sampled") and "written again (sampled)" in mode.description
+    with pytest.raises(ValueError, match="later_turns"):
+        ModeConfig("repair", later_turns="beam")
+
+
 def test_verdict_is_refused_in_an_evaluation():
     with pytest.raises(ValueError, match="verdict"):
         ModeConfig("repair", show=("error", "verdict"))

@@ -77,6 +77,12 @@ class EvalConfig(SamplingArgs, ExecutorArgs, PromptArgs, ModelArgs):
     keep: str = field(
         default="final", metadata={"help": f"repair: which program answers, {' or '.join(KEEP)} (by unit tests)"}
     )
+    later_turns: str = field(
+        default="greedy",
+        metadata={
+            "help": "repair: programs after the first written greedy, or sampled (temperature, top_p) as in training"
+        },
+    )
     fallback: bool = field(default=False, metadata={"help": "also report numbers with the end-to-end fallback"})
     fallback_below: float | None = field(
         default=None,

@@ -22,6 +22,7 @@ from vprl.train.sampling.generator import Generator, SamplingSettings
 MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "self_debug", "self_tuning", "repair")
 FEEDBACK = ("error", "scratch")
 KEEP = ("final", "best")
+LATER_TURNS = ("greedy", "sampled")
 # What the evaluation's feedback may show: never `verdict`, which is read from a label.
 EVAL_PARTS = tuple(p for p in PARTS if p != "verdict")
 
@@ -44,6 +45,9 @@ class ModeConfig:
     stop_when: str = "ran"
     show: tuple[str, ...] = ("error", "trace", "unit_tests")
     keep: str = "final"
+    # how programs after the first are written: greedy, or sampled at the mode's temperature as a
+    # repair run's training episodes are (a greedy decode after RL often repeats the first program)
+    later_turns: str = "greedy"
 
     def __post_init__(self) -> None:
         if self.name not in MODES:
@@ -69,6 +73,8 @@ class ModeConfig:
             raise ValueError(f"mode {self.name}: show {unknown} are not among {EVAL_PARTS}")
         if self.keep not in KEEP:
             raise ValueError(f"mode {self.name}: keep {self.keep!r} is not one of {KEEP}")
+        if self.later_turns not in LATER_TURNS:
+            raise ValueError(f"mode {self.name}: later_turns {self.later_turns!r} is not one of {LATER_TURNS}")
 
     @property
     def needs_judge(self) -> bool:
@@ -92,7 +98,8 @@ class ModeConfig:
             "self_tuning": "self-tuning",
             "repair": f"repair, up to {self.turns} program{'' if self.turns == 1 else 's'} "
             + ("until one runs" if self.stop_when == "ran" else f"until unit tests reach {self.pass_threshold:g}")
-            + (", best by unit tests" if self.keep == "best" else ""),
+            + (", best by unit tests" if self.keep == "best" else "")
+            + (", later ones sampled" if self.later_turns == "sampled" else ""),
         }[self.name]
         if self.refuse_below is not None:
             words += f", refusing below {self.refuse_below:g}"
@@ -121,7 +128,8 @@ class ModeConfig:
                 else f"fails to run or scores below {self.pass_threshold:g} on its visual unit tests"
             )
             + f" gets feedback ({', '.join(self.show) or 'that it did not pass'}) in the repair conversation and "
-            f"is written again, up to {self.turns} programs per question; "
+            f"is written again ({'sampled' if self.later_turns == 'sampled' else 'greedy'}), up to {self.turns} "
+            "programs per question; "
             + ("the best by unit tests answers" if self.keep == "best" else "the last one answers")
             + " (learned repair; no label is ever shown)",
         }[self.name]

@@ -209,8 +209,15 @@ def pass_threshold(cfg: EvalConfig, mode: str) -> float:
 
 
 def repair_settings(cfg: EvalConfig) -> dict[str, Any]:
-    """The `repair` mode's keys (`turns`, `stop_when`, `show`, `keep`); only that mode reads them."""
-    return {"turns": cfg.turns, "stop_when": cfg.stop_when, "show": tuple(cfg.show), "keep": cfg.keep}
+    """The `repair` mode's keys (`turns`, `stop_when`, `show`, `keep`, `later_turns`); only that mode
+    reads them."""
+    return {
+        "turns": cfg.turns,
+        "stop_when": cfg.stop_when,
+        "show": tuple(cfg.show),
+        "keep": cfg.keep,
+        "later_turns": cfg.later_turns,
+    }
 
 
 def _check_keywords(fn: Callable, given: dict[str, Any], key: str, skip: tuple[str, ...] = ()) -> None:

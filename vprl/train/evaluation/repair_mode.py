@@ -45,12 +45,13 @@ class LoopPlan:
     """How a mode runs the loop. reprompt: "conversation" (learned repair), "previous" (the papers'
     re-prompt with the earlier attempt) or "resample" (a fresh sample of the prompt); keep: which
     turn answers ("final", or "best" by unit tests, programs that ran first); judged: every turn is
-    scored on unit tests."""
+    scored on unit tests; sampled_later: the conversation's later programs are sampled, not greedy."""
 
     repair: RepairConfig
     reprompt: str
     keep: str = "final"
     judged: bool = False
+    sampled_later: bool = False
 
 
 def loop_plan(cfg: ModeConfig) -> LoopPlan:
@@ -60,7 +61,8 @@ def loop_plan(cfg: ModeConfig) -> LoopPlan:
         feedback = FeedbackConfig(
             stop_when=cfg.stop_when, check=check, pass_threshold=cfg.pass_threshold, show=tuple(cfg.show)
         )
-        return LoopPlan(RepairConfig(cfg.turns, 0.0, feedback), "conversation", cfg.keep, cfg.needs_judge)
+        sampled = cfg.later_turns == "sampled"
+        return LoopPlan(RepairConfig(cfg.turns, 0.0, feedback), "conversation", cfg.keep, cfg.needs_judge, sampled)
     if cfg.name == "self_debug":
         feedback = FeedbackConfig(stop_when="ran", show=("error",))
         reprompt = "previous" if cfg.feedback == "error" else "resample"
@@ -133,7 +135,8 @@ class _Writer:
             openers = [opener_of(self.prompts[i]) for i in rows]
             for i, feedback, opener in zip(rows, feedbacks, openers):
                 self.texts[i] += body_of(self.programs[i]) + self.format.block_text(feedback, opener)
-            fresh = self._write([self.texts[i] for i in rows], openers, self.ctx.greedy)
+            later = self.ctx.sampling if self.plan.sampled_later else self.ctx.greedy
+            fresh = self._write([self.texts[i] for i in rows], openers, later)
         for i, program in zip(rows, fresh):
             self.programs[i] = program
         return list(fresh)
