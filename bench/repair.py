@@ -2,7 +2,7 @@
 same budget (steps, questions and samples per step). Prints figures; asserts nothing.
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
-        [--repair_noun_share 0.4] [--pass_threshold 0.5] [--threads 2]
+        [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--later_turns greedy] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), then:
@@ -11,6 +11,7 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
 - `repair`: the same reward over two-turn episodes: a program that fails to run or fails its visual
   unit tests is shown its error, its tool calls and the failed tests, and written again (the
   unit-test reward at weight 0 gives the check; no verdict: the evaluation could not show one);
+  `--repeat_cost` charges a second program that is the first again (`repair_repeat_cost`);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
   copy of the world whose every answer is a sentinel, withheld at load time; every file of the run
   is searched for the sentinel afterwards.
@@ -111,8 +112,15 @@ def leaks(run_dir: Path) -> list[str]:
 
 def eval_args(args: argparse.Namespace) -> str:
     """The evaluation's arguments beyond its config: the repair mode judged at the threshold the
-    repair runs trained at (every arm and policy alike, so their rows compare)."""
-    return f"--repair_pass_threshold {args.pass_threshold}"
+    repair runs trained at (every arm and policy alike, so their rows compare), its later turns
+    greedy or sampled."""
+    more = f"--repair_pass_threshold {args.pass_threshold}"
+    return more if args.later_turns == "greedy" else f"{more} --later_turns {args.later_turns}"
+
+
+def repeat_cost(arm: str, args: argparse.Namespace) -> float:
+    """The repeat cost an arm trains with: a one-turn run has no later program to repeat."""
+    return 0.0 if arm == "single" else args.repeat_cost
 
 
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
@@ -127,6 +135,8 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
     rl_args += f" --save_steps {args.save_steps}"
     if arm != "single":
         rl_args += f" --repair_pass_threshold {args.pass_threshold}"
+    if repeat_cost(arm, args):
+        rl_args += f" --repair_repeat_cost {repeat_cost(arm, args)}"
     if arm == "repair_label_free":
         rl_args += f" --dataset_root {sentinel_world(policy)}"
     started = time.time()
@@ -154,6 +164,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "repair_share": args.repair_share,
         "repair_noun_share": args.repair_noun_share,
         "pass_threshold": args.pass_threshold,
+        "repeat_cost": repeat_cost(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
         "eval_args": eval_args(args),
@@ -235,6 +246,19 @@ def main(argv: list[str] | None = None) -> dict:
         help="the unit-test score at which a repair run's episode ends (default: 0.5; docs/repair.md's pilots)",
     )
     parser.add_argument(
+        "--repeat_cost",
+        type=float,
+        default=0.0,
+        help="the repair arms' repair_repeat_cost: reward lost per later program repeating an earlier one (default: 0)",
+    )
+    parser.add_argument(
+        "--later_turns",
+        choices=("greedy", "sampled"),
+        default="greedy",
+        help="the evaluation's repair mode writes its later programs greedily or sampled as training does "
+        "(default: greedy)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=2,
@@ -271,7 +295,12 @@ def main(argv: list[str] | None = None) -> dict:
         eval_args=eval_args(args),
     )
     runs = [
-        r for r in done if r["seed"] in seeds and r["arm"] in arms and all(r.get(k) == v for k, v in wanted.items())
+        r
+        for r in done
+        if r["seed"] in seeds
+        and r["arm"] in arms
+        and all(r.get(k) == v for k, v in wanted.items())
+        and r.get("repeat_cost", 0.0) == repeat_cost(r["arm"], args)  # records from before it: none
     ]
     for seed in seeds:
         for arm in arms:

@@ -26,7 +26,7 @@ from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.rl_config import parse_rl_config
 from vprl.train.repair.episode import Episode, Turn, episode_stats
 from vprl.train.repair.log import EpisodeLog, episodes_path
-from vprl.train.repair.turns import EpisodeLoop, RepairConfig
+from vprl.train.repair.turns import EpisodeLoop, RepairConfig, episode_reward, repeats
 
 REPO = Path(__file__).resolve().parents[1]
 SENTINEL = "zq-sentinel-answer-4410"
@@ -164,6 +164,28 @@ def test_episodes_round_trip_and_their_figures():
     assert stats["repair/turns_mean"] == 7 / 4 and stats["repair/feedback_error"] == 1.0
     with pytest.raises(ValueError, match=r"episode\.turns\[0\]: status"):
         Episode.from_json({"example_id": "a", "turns": [{"program": "p", "status": 3}]})
+
+
+def test_a_repeated_program_costs_its_episode_the_repeat_cost():
+    fb = Feedback(("error",), "It failed")
+    first = "def execute_command(image):\n    return 'red'"
+    same = "def execute_command(image):\n    # once more\n    return  'red'\n"  # another layout, one AST
+    other = "def execute_command(image):\n    return 'blue'"
+
+    def episode(*programs: str) -> Episode:
+        turns = [Turn(p, "ok", total=0.25, feedback=fb) for p in programs[:-1]]
+        return Episode("a", (*turns, Turn(programs[-1], "ok", total=0.25)))
+
+    config = RepairConfig(max_turns=3, turn_cost=0.1, repeat_cost=0.5)
+    assert [repeats(episode(*p)) for p in [(first,), (first, same), (first, other), (first, other, same)]] == [0, 1, 0, 1]
+    assert episode_reward(episode(first), config) == 0.25
+    assert episode_reward(episode(first, same), config) == pytest.approx(0.25 - 0.1 - 0.5)
+    assert episode_reward(episode(first, other), config) == pytest.approx(0.25 - 0.1)
+    assert episode_reward(episode(first, same), RepairConfig(max_turns=2)) == 0.25  # no cost by default
+    with pytest.raises(ConfigError, match="repair_repeat_cost: must be >= 0, got -1"):
+        _cfg("--repair_max_turns", "2", "--repair_repeat_cost", "-1")
+    with pytest.raises(ValueError, match="repair_repeat_cost must be >= 0"):
+        RepairConfig(repeat_cost=-0.5)
 
 
 def test_the_episode_log_reads_back_what_it_wrote(tmp_path):

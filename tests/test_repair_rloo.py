@@ -177,4 +177,4 @@ def test_rl_py_trains_rloo_on_episodes(tmp_path, assets):
     assert len(episodes) == 16 and all(1 <= len(e.turns) <= TURNS for _, e in episodes)
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("repair/turns_mean" in m for m in metrics)
-    assert any("rewards/repair_turn_cost/mean" in m for m in metrics)
+    assert any("rewards/repair_shaping/mean" in m for m in metrics)

@@ -6,6 +6,9 @@
   and it is not zero where a program token of either turn is predicted.
 - Every program token of an episode carries the episode's advantage: the group-relative reward of
   its final program (trl's advantage is one number per sequence; the mask covers both turns).
+- The repair shaping (turn cost, repeat cost) reaches the advantage through trl's reward functions:
+  with a sampler that writes some rows' first program again, each episode's advantage is the
+  group-relative reward of its final program less its costs.
 - The importance ratio of every program token is 1 with a sampler that draws from the policy: the
   trainer's log-probabilities over the assembled episode equal the sampler's, turn by turn, under
   transformers generation and under a vLLM stand-in that samples from the policy.
@@ -174,6 +177,47 @@ def test_the_advantage_of_every_turn_is_the_episode_advantage(hf_batch):
         assert loss_mask[row, :first_end].all() and second and loss_mask[row, second].all()
 
 
+def _repeating_later_turns(trainer):
+    """The trainer's `_generate_single_turn` with every other later-turn context answered by its row's
+    first program again (the ids sampled for it), the others sampled as they were."""
+    original, firsts = trainer._generate_single_turn, []
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        ids, logprobs = original(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+        if not firsts:  # the first turn: one row per episode
+            firsts.extend((list(p), list(c)) for p, c in zip(prompt_ids, ids, strict=True))
+            return ids, logprobs
+        ids = [list(c) for c in ids]  # transformers generation keeps no sampling log-probabilities
+        for k, context in enumerate(prompt_ids):
+            if k % 2:
+                continue
+            (first,) = {tuple(c) for p, c in firsts if list(context[: len(p) + len(c) - 1]) == p + c[:-1]}
+            ids[k] = list(first)
+        return ids, logprobs
+
+    return generate
+
+
+def test_the_repeat_and_turn_costs_reach_the_advantage(tmp_path, assets):
+    from vprl.train.repair.turns import episode_shaping, repeats
+
+    built = _Built(_recipe(tmp_path, assets, repair_turn_cost=0.1, repair_repeat_cost=0.5))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(built.trainer, "_generate_single_turn", _repeating_later_turns(built.trainer))
+            output, totals = spread_batch(built)
+        episodes, config = built.trainer.rollout_func.last_episodes, built.cfg.repair.config()
+    finally:
+        built.close()
+    counts = [repeats(e) for e in episodes]
+    assert all(len(e.turns) == TURNS for e in episodes) and 0 < sum(counts) < len(episodes)
+    rewards = torch.tensor([totals[e.final.program] + episode_shaping(e, config) for e in episodes])
+    assert {round(episode_shaping(e, config), 6) for e in episodes} == {-0.1, -0.6}
+    grouped = rewards.view(-1, built.trainer.num_generations)
+    expected = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)
+    assert torch.allclose(output["advantages"], expected.flatten(), atol=1e-5)
+
+
 def _final_norm_grads(built, output) -> torch.Tensor:
     """The loss's gradient with respect to the final hidden states (what the fused LM head turns into
     each position's logits), over the completion positions."""
@@ -318,7 +362,7 @@ def test_rl_py_trains_on_episodes_and_logs_them(tmp_path, assets, monkeypatch):
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     logged = [m for m in metrics if "repair/turns_mean" in m]
     assert len(logged) == 2 and all(1.0 <= m["repair/turns_mean"] <= TURNS for m in logged)
-    assert any("rewards/repair_turn_cost/mean" in m for m in metrics)
+    assert any("rewards/repair_shaping/mean" in m for m in metrics)
     # wandb's programs table: a repaired program's row shows the turns before it with their feedback
     (offline,) = run.glob("wandb/offline-run-*")
     tables = sorted(offline.glob("files/media/table/programs/step_*.table.json"))

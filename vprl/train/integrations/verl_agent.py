@@ -15,14 +15,15 @@ turn that gets feedback has the feedback block appended, tokenized on its own, w
 `response_mask` 0. The sampled ids are never re-tokenized, so the next turn is drawn from exactly
 the context verl's actor later scores.
 
-The episode's reward is the final program's less `turn_cost` per extra turn, returned as
+The episode's reward is the final program's less `turn_cost` per extra turn and `repeat_cost` per
+repeated program (`episode_reward`), returned as
 `reward_score`: verl puts it on the last token (`rm_scores`) and does not score the sample again.
 Where the final program was never judged (our own failure), it scores as `for_verl` scores an
 unscorable sample. `reward_extra_info` carries per sample the final program's reward components,
 `turns`, `first_right`, `final_right` (the repair and break rates are their means).
 
 Settings: the recipe's repair section, written by `verl_data` into the agent loop's entry
-(`max_turns`, `turn_cost`, `stop_when`, `check`, `pass_threshold`, `show`, `framing`, `turn_tokens`);
+(`max_turns`, `turn_cost`, `repeat_cost`, `stop_when`, `check`, `pass_threshold`, `show`, `framing`, `turn_tokens`);
 the scoring session's from the trainer config's `reward.custom_reward_function.reward_kwargs`, the
 same `settings` file and `batch_wait_s` the reward function reads. verl's `rollout.response_length`
 bounds the whole episode: a turn whose block would not leave room for a program ends the episode.
@@ -56,6 +57,7 @@ class RepairAgentLoop(AgentLoopBase):
         *args: Any,
         max_turns: int = 2,
         turn_cost: float = 0.0,
+        repeat_cost: float = 0.0,
         stop_when: str = "ran",
         check: str | None = None,
         pass_threshold: float = 1.0,
@@ -68,7 +70,7 @@ class RepairAgentLoop(AgentLoopBase):
         kwargs.pop("name", None)  # the registry entry's own key, handed on by hydra
         super().__init__(*args, **kwargs)
         feedback = FeedbackConfig(stop_when=stop_when, check=check, pass_threshold=pass_threshold, show=tuple(show))
-        self.repair = RepairConfig(max_turns, turn_cost, feedback)
+        self.repair = RepairConfig(max_turns, turn_cost, feedback, repeat_cost)
         self.format = RepairFormat(self.tokenizer, framing)
         self.turn_end = set(turn_end_ids(self.tokenizer, framing))
         self.response_length = int(self.rollout_config.response_length)
@@ -129,7 +131,7 @@ class RepairAgentLoop(AgentLoopBase):
             mask += [0] * len(block)
             logprobs += [0.0] * len(block)
         episode = Episode(example.id, tuple(turns))
-        reward = episode_reward(episode, self.repair.turn_cost)
+        reward = episode_reward(episode, self.repair)
         extra = {name: value for name, value in row.items() if name not in ("score",)}
         extra.update(turns=len(turns), first_right=episode.first.right(), final_right=episode.final.right())
         return AgentLoopOutput(

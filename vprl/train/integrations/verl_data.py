@@ -108,6 +108,7 @@ def agent_loop_entry(cfg: Any) -> dict[str, Any]:
         "_target_": "vprl.train.integrations.verl_agent.RepairAgentLoop",
         "max_turns": cfg.repair.repair_max_turns,
         "turn_cost": cfg.repair.repair_turn_cost,
+        "repeat_cost": cfg.repair.repair_repeat_cost,
         "stop_when": feedback.stop_when,
         "check": feedback.check,
         "pass_threshold": feedback.pass_threshold,

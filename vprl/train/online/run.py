@@ -26,7 +26,7 @@ from vprl.train.prompts.conversation import RepairFormat, final_program
 from vprl.train.recipe.data import PromptedExample, trl_dataset
 from vprl.train.recipe.rl_config import RLConfig
 from vprl.train.repair.log import EpisodeLog, episodes_path
-from vprl.train.repair.trl_rollout import RepairRollout, turn_cost_reward
+from vprl.train.repair.trl_rollout import RepairRollout, repair_shaping
 from vprl.train.repair.turns import EpisodeLoop
 from vprl.train.rollouts.log import RolloutLog
 from vprl.train.rollouts.scorer import ProgramScorer
@@ -68,8 +68,8 @@ def build_trainer(
     reward_funcs, repair = adapter.reward_funcs, {}
     if cfg.repair.enabled:
         repair = repair_rollout(cfg, scorer, examples, tokenizer, run_dir)
-        if cfg.repair.repair_turn_cost:
-            reward_funcs = [*reward_funcs, turn_cost_reward(cfg.repair.repair_turn_cost)]
+        if cfg.repair.repair_turn_cost or cfg.repair.repair_repeat_cost:
+            reward_funcs = [*reward_funcs, repair_shaping]
             args.reward_weights = [*adapter.reward_weights, 1.0]
     stops = STOP_SEQUENCES if cfg.rewards.stop_at_program_end else ()
     if args.use_vllm and stops:

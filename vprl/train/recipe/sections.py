@@ -192,6 +192,10 @@ class RepairArgs:
         metadata={"help": "what feedback shows, among error, trace, unit_tests, verdict (default: the first three)"},
     )
     repair_turn_cost: float = field(default=0.0, metadata={"help": "subtracted from the reward per extra turn"})
+    repair_repeat_cost: float = field(
+        default=0.0,
+        metadata={"help": "subtracted from the reward per later program that repeats an earlier one of its episode"},
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.repair_feedback, str):
@@ -215,7 +219,7 @@ class RepairArgs:
                 pass_threshold=self.repair_pass_threshold,
                 show=shown,
             )
-            return RepairConfig(self.repair_max_turns, self.repair_turn_cost, feedback)
+            return RepairConfig(self.repair_max_turns, self.repair_turn_cost, feedback, self.repair_repeat_cost)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 

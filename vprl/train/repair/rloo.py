@@ -4,8 +4,8 @@ RLOO's `_generate` tokenizes the prompts and calls `_generate_single_turn` once;
 plays the whole episode (`RepairRollout`, as under GRPO: the turns are sampled by RLOO's own
 `_generate_single_turn`, vLLM or transformers, and never re-tokenized) and returns each episode's
 tokens, so RLOO decodes, logs and scores whole episodes as it does single completions. The reward
-functions read the final program from the episode's text, as under GRPO, and the turn cost from
-the row's extra columns.
+functions read the final program from the episode's text, as under GRPO, and the episode's shaping (turn
+and repeat costs) from the row's extra columns.
 
 The feedback tokens must carry no gradient, but RLOO's completion mask is also its attention mask
 (a zero there would hide the feedback from the next turn). RLOO sums each sequence's per-token
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from vprl.train.repair.trl_rollout import FINAL_STATUS_COLUMN, TURNS_COLUMN, RepairRollout
+from vprl.train.repair.trl_rollout import FINAL_STATUS_COLUMN, SHAPING_COLUMN, RepairRollout
 
 ENV_MASK = "env_mask"
 
@@ -61,8 +61,8 @@ class RLOOEpisodesMixin:
         if [list(p) for p in out["prompt_ids"]] != [list(p) for p in prompt_ids]:
             raise RuntimeError("the episodes' prompts are not the ones RLOO tokenized")
         self._env_rows = out[ENV_MASK]
-        for row, turns, status in zip(self._batch_inputs, out[TURNS_COLUMN], out[FINAL_STATUS_COLUMN], strict=True):
-            row[TURNS_COLUMN], row[FINAL_STATUS_COLUMN] = turns, status  # the reward functions' columns
+        for row, shaping, status in zip(self._batch_inputs, out[SHAPING_COLUMN], out[FINAL_STATUS_COLUMN], strict=True):
+            row[SHAPING_COLUMN], row[FINAL_STATUS_COLUMN] = shaping, status  # the reward functions' columns
         return out["completion_ids"]
 
     @contextlib.contextmanager

@@ -30,11 +30,11 @@ from vprl.train.online.sampler_logprobs import NOT_SAMPLED
 from vprl.train.prompts import completion_to_program
 from vprl.train.prompts.conversation import RepairFormat, opener_of
 from vprl.train.repair.episode import Episode, episode_stats
-from vprl.train.repair.turns import EpisodeLoop
+from vprl.train.repair.turns import EpisodeLoop, episode_shaping
 
 logger = logging.getLogger(__name__)
 
-TURNS_COLUMN = "repair_turns"  # the extra field the turn-cost reward reads
+SHAPING_COLUMN = "repair_shaping"  # the extra field the shaping reward reads
 FINAL_STATUS_COLUMN = "repair_final_status"
 
 
@@ -117,7 +117,7 @@ class RepairRollout:
             "completion_ids": ids,
             "logprobs": logprobs,
             "env_mask": mask,
-            TURNS_COLUMN: [len(e.turns) for e in episodes],
+            SHAPING_COLUMN: [episode_shaping(e, self.loop.config) for e in episodes],
             FINAL_STATUS_COLUMN: [e.final.status for e in episodes],
         }
 
@@ -138,12 +138,9 @@ def _as_lists(ids: Any, logprobs: Any = None) -> tuple[list[list[int]], list[lis
     return [list(s) for s in ids], None if logprobs is None else [list(lp) for lp in logprobs]
 
 
-def turn_cost_reward(cost: float):
-    """A reward function (weight 1) giving -cost per turn after the first, from the rollout's extra
-    field; None where the final program was never judged, as the total is then."""
-
-    def repair_turn_cost(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
-        turns, statuses = kwargs[TURNS_COLUMN], kwargs[FINAL_STATUS_COLUMN]
-        return [None if s == "infra_error" else -cost * (t - 1) for t, s in zip(turns, statuses, strict=True)]
-
-    return repair_turn_cost
+def repair_shaping(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """A reward function (weight 1): the episode's shaping (`episode_shaping`: its turn and repeat
+    costs) from the rollout's extra field; None where the final program was never judged, as the
+    total is then."""
+    shaping, statuses = kwargs[SHAPING_COLUMN], kwargs[FINAL_STATUS_COLUMN]
+    return [None if s == "infra_error" else float(v) for v, s in zip(shaping, statuses, strict=True)]

@@ -77,7 +77,7 @@ def sample_episodes(
                 status=final.status,
                 answer=final.answer,
                 components=dict(final.components),
-                total=episode_reward(episode, repair.turn_cost),
+                total=episode_reward(episode, repair),
                 query=example.query,
                 dataset=example.dataset,
                 task=example.task,
