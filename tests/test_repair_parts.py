@@ -177,7 +177,12 @@ def test_a_repeated_program_costs_its_episode_the_repeat_cost():
         return Episode("a", (*turns, Turn(programs[-1], "ok", total=0.25)))
 
     config = RepairConfig(max_turns=3, turn_cost=0.1, repeat_cost=0.5)
-    assert [repeats(episode(*p)) for p in [(first,), (first, same), (first, other), (first, other, same)]] == [0, 1, 0, 1]
+    assert [repeats(episode(*p)) for p in [(first,), (first, same), (first, other), (first, other, same)]] == [
+        0,
+        1,
+        0,
+        1,
+    ]
     assert episode_reward(episode(first), config) == 0.25
     assert episode_reward(episode(first, same), config) == pytest.approx(0.25 - 0.1 - 0.5)
     assert episode_reward(episode(first, other), config) == pytest.approx(0.25 - 0.1)

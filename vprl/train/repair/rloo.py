@@ -61,7 +61,9 @@ class RLOOEpisodesMixin:
         if [list(p) for p in out["prompt_ids"]] != [list(p) for p in prompt_ids]:
             raise RuntimeError("the episodes' prompts are not the ones RLOO tokenized")
         self._env_rows = out[ENV_MASK]
-        for row, shaping, status in zip(self._batch_inputs, out[SHAPING_COLUMN], out[FINAL_STATUS_COLUMN], strict=True):
+        for row, shaping, status in zip(
+            self._batch_inputs, out[SHAPING_COLUMN], out[FINAL_STATUS_COLUMN], strict=True
+        ):
             row[SHAPING_COLUMN], row[FINAL_STATUS_COLUMN] = shaping, status  # the reward functions' columns
         return out["completion_ids"]
 
