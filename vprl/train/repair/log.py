@@ -7,12 +7,11 @@ rollouts and metrics, so the steps it replays are logged once."""
 from __future__ import annotations
 
 import json
-import os
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from vprl.train.repair.episode import Episode
+from vprl.train.runs.jsonl import cut_rows, read_rows, up_to
 
 EPISODES_FILE = "episodes.jsonl"
 
@@ -38,36 +37,15 @@ class EpisodeLog:
                 f.write(json.dumps({"step": step, **episode.to_json()}, default=str) + "\n")
 
     def read(self) -> Iterator[tuple[int, Episode]]:
-        for n, row in self._rows():
-            step = row.pop("step")
-            yield int(step), Episode.from_json(row, f"{self.path}:{n}")
-
-    def _rows(self) -> Iterator[tuple[int, dict]]:
-        """(line number, row) of every whole row. A torn last line (a write a kill cut short) is
-        dropped with a warning, as the rollouts log does; a bad line elsewhere names its place."""
-        if not self.path.exists():
-            return
-        lines = self.path.read_text(encoding="utf-8").split("\n")
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError as e:
-                if n < len(lines):
-                    raise ValueError(f"{self.path}:{n}: not valid JSON ({e})") from None
-                warnings.warn(f"{self.path}:{n}: dropping a torn last line ({e})", stacklevel=3)
+        yield from read_rows(self.path, _parse)
 
     def truncate_after(self, step: int | None) -> int:
         """Keep the rows of steps <= `step` (none when None), without a torn last line; returns how
         many rows went."""
-        if not self.path.is_file():
-            return 0
-        rows = [row for _, row in self._rows()]
-        keep = [row for row in rows if step is not None and int(row["step"]) <= step]
-        text = "".join(json.dumps(row, default=str) + "\n" for row in keep)
-        if text != self.path.read_text(encoding="utf-8"):
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self.path)
-        return len(rows) - len(keep)
+        return cut_rows(self.path, up_to(step, lambda row: int(row["step"])), lambda row: json.dumps(row, default=str))
+
+
+def _parse(row: dict, where: str) -> tuple[int, Episode]:
+    row = dict(row)
+    step = row.pop("step")
+    return int(step), Episode.from_json(row, where)

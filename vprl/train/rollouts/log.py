@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vprl.data.typed import check_row
+from vprl.train.runs.jsonl import cut_rows, read_rows, up_to
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 
@@ -79,7 +79,7 @@ class RolloutLog:
         return cls(Path(run_dir) / ROLLOUTS_FILE)
 
     def append(self, rows: Iterable[RolloutRow]) -> int:
-        text = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rows)
+        text = "".join(_dumps(r) + "\n" for r in rows)
         if not text:
             return 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,23 +95,7 @@ class RolloutLog:
     def read(self) -> list[RolloutRow]:
         """All whole rows. A torn last line (a crash mid-write) is dropped with a warning; a bad
         line anywhere else is an error naming the file and line."""
-        if not self.path.is_file():
-            return []
-        lines = self.path.read_text(encoding="utf-8").split("\n")
-        rows: list[RolloutRow] = []
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(RolloutRow.from_json(json.loads(line), f"{self.path}:{i}"))
-            except (json.JSONDecodeError, TypeError, ValueError) as e:
-                if i == len(lines):  # the last line has no newline: a write that never finished
-                    warnings.warn(f"{self.path}:{i}: dropping a torn last line ({e})", stacklevel=2)
-                    continue
-                if isinstance(e, json.JSONDecodeError):
-                    raise ValueError(f"{self.path}:{i}: not valid JSON ({e})") from None
-                raise  # names the file and line already
-        return rows
+        return read_rows(self.path, RolloutRow.from_json)
 
     def last_step(self) -> int | None:
         rows = self.read()
@@ -121,13 +105,8 @@ class RolloutLog:
         """Keep only rows with `row.step <= step` (all rows are dropped when step is None), and any
         torn last line; return how many rows were dropped. Resume calls this with the step of the
         checkpoint it restores, so the steps it replays are logged exactly once."""
-        if not self.path.is_file():
-            return 0
-        rows = self.read()
-        keep = [r for r in rows if step is not None and r.step <= step]
-        if len(keep) == len(rows) and self.path.read_text(encoding="utf-8").endswith("\n"):
-            return 0
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in keep), encoding="utf-8")
-        os.replace(tmp, self.path)
-        return len(rows) - len(keep)
+        return cut_rows(self.path, up_to(step, lambda r: r.step), _dumps, RolloutRow.from_json)
+
+
+def _dumps(row: RolloutRow) -> str:
+    return json.dumps(row.to_json(), ensure_ascii=False)

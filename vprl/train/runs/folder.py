@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from vprl.train.runs.jsonl import atomic_write, cut_rows, read_rows, up_to
+
 CONFIG_FILE = "config.yaml"
 MANIFEST_FILE = "manifest.json"
 METRICS_FILE = "metrics.jsonl"
@@ -136,14 +138,14 @@ def check_resumable(run_dir: str | Path, config: dict[str, Any], resume: bool) -
 def write_config(run_dir: str | Path, config: dict[str, Any]) -> Path:
     path = Path(run_dir) / CONFIG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, yaml.safe_dump(config, sort_keys=True))
+    atomic_write(path, yaml.safe_dump(config, sort_keys=True))
     return path
 
 
 def write_manifest(run_dir: str | Path, manifest: dict[str, Any]) -> Path:
     path = Path(run_dir) / MANIFEST_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
     return path
 
 
@@ -163,37 +165,11 @@ class MetricsLog:
             os.fsync(f.fileno())
 
     def read(self) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
-        rows = []
-        lines = self.path.read_text(encoding="utf-8").split("\n")
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if i == len(lines):  # torn last line of a killed run
-                    continue
-                raise
-        return rows
+        return read_rows(self.path)
 
     def truncate_after(self, step: int | None) -> int:
         """Keep rows with `step <= step` (none when step is None); returns how many were dropped."""
-        if not self.path.is_file():
-            return 0
-        rows = self.read()
-        keep = [r for r in rows if step is not None and r["step"] <= step]
-        text = "".join(json.dumps(r) + "\n" for r in keep)
-        if text != self.path.read_text(encoding="utf-8"):
-            _atomic_write(self.path, text)
-        return len(rows) - len(keep)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+        return cut_rows(self.path, up_to(step, lambda row: row["step"]))
 
 
 def read_manifest(run: str | Path) -> dict[str, Any]:
