@@ -216,8 +216,13 @@ def test_metrics_log_truncates_for_resume(tmp_path):
         log.append({"step": step, "loss": 0.5})
     with open(log.path, "a") as f:
         f.write('{"step": 4, "lo')
-    assert log.truncate_after(2) == 2
+    with pytest.warns(UserWarning, match=r"metrics\.jsonl:5: dropping a torn last line"):
+        assert log.truncate_after(2) == 2
     assert [r["step"] for r in log.read()] == [1, 2]
+    with open(log.path, "a") as f:
+        f.write('{"step": 3, "lo\n{"step": 4}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:3: not valid JSON"):
+        log.read()
 
 
 # --- the trl reward adapter and the trainer helpers ---------------------------------------------------
