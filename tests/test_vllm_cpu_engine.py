@@ -90,9 +90,14 @@ def test_importance_ratios_are_one_with_the_real_engine(record, name):
     entry = path(record, name)
     assert len(entry["steps"]) == 2
     for step in entry["steps"]:
+        difference = step["sampling/sampling_logp_difference/max"]
+        assert difference < TOKEN_TOLERANCE, step
+        # trl's ratio is per sequence (vllm_importance_sampling_mode: sequence_mask), the exp of the sum of
+        # its tokens' differences: at most the largest one times the longest completion (a whole repair
+        # episode: 0.99980 seen on an AVX-512 CPU with every token within 5.9e-5).
+        bound = max(RATIO_TOLERANCE, difference * step["completions/max_length"])
         for key in ("min", "mean", "max"):
-            assert step[f"sampling/importance_sampling_ratio/{key}"] == pytest.approx(1.0, abs=RATIO_TOLERANCE), step
-        assert step["sampling/sampling_logp_difference/max"] < TOKEN_TOLERANCE, step
+            assert step[f"sampling/importance_sampling_ratio/{key}"] == pytest.approx(1.0, abs=bound), step
 
 
 @pytest.mark.parametrize("name", ["grpo_repair", "rloo_repair"])

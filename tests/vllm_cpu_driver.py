@@ -86,6 +86,13 @@ def probe_ids(world: Path, policy: Path) -> list[int]:
     return AutoTokenizer.from_pretrained(str(policy))(text)["input_ids"]
 
 
+def step_figures(row: dict) -> dict:
+    """What the tests read of a logged step: the sampling figures, the clipped share and the longest
+    completion (which bounds a sequence's importance ratio), the gradient norm."""
+    keep = ("grad_norm", "completions/max_length")
+    return {k: v for k, v in row.items() if k.startswith(("sampling/", "completions/clipped")) or k in keep}
+
+
 def metric_rows(run_dir: Path) -> list[dict]:
     return [m for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
 
@@ -126,10 +133,7 @@ def rl_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int], 
         SyncProbe.remove(originals[1])
     entry["endings"] = endings.calls
     entry["sync_logp_difference"] = sync.differences
-    entry["steps"] = [
-        {k: v for k, v in row.items() if k.startswith(("sampling/", "completions/clipped")) or k == "grad_norm"}
-        for row in metric_rows(out)
-    ]
+    entry["steps"] = [step_figures(row) for row in metric_rows(out)]
     entry["adapter"] = str(out / "adapter")
     if values.get("repair_max_turns", 1) > 1:
         from vprl.train.repair.log import EpisodeLog, episodes_path
@@ -188,11 +192,7 @@ def stock_trl_full_path(entry: dict, root: Path, policy: Path, ids: list[int]) -
     finally:
         SyncProbe.remove(original)
     entry["sync_logp_difference"] = sync.differences
-    entry["steps"] = [
-        {k: v for k, v in row.items() if k.startswith(("sampling/", "completions/clipped"))}
-        for row in trainer.state.log_history
-        if "loss" in row
-    ]
+    entry["steps"] = [step_figures(row) for row in trainer.state.log_history if "loss" in row]
     del trainer
 
 
