@@ -1,5 +1,6 @@
 """The parts of repair episodes (#35) without a policy: the feedback message, the conversation's
-text, the episode record and its figures, and the recipe's repair keys."""
+text, the episode record and its figures, and the recipe's repair keys (the episode log:
+test_repair_log.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from vprl.train.prompts.conversation import (
 from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.rl_config import parse_rl_config
 from vprl.train.repair.episode import Episode, Turn, episode_stats
-from vprl.train.repair.log import EpisodeLog, episodes_path
 from vprl.train.repair.turns import EpisodeLoop, RepairConfig, episode_reward, repeats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,12 +177,8 @@ def test_a_repeated_program_costs_its_episode_the_repeat_cost():
         return Episode("a", (*turns, Turn(programs[-1], "ok", total=0.25)))
 
     config = RepairConfig(max_turns=3, turn_cost=0.1, repeat_cost=0.5)
-    assert [repeats(episode(*p)) for p in [(first,), (first, same), (first, other), (first, other, same)]] == [
-        0,
-        1,
-        0,
-        1,
-    ]
+    cases = [(first,), (first, same), (first, other), (first, other, same)]
+    assert [repeats(episode(*programs)) for programs in cases] == [0, 1, 0, 1]
     assert episode_reward(episode(first), config) == 0.25
     assert episode_reward(episode(first, same), config) == pytest.approx(0.25 - 0.1 - 0.5)
     assert episode_reward(episode(first, other), config) == pytest.approx(0.25 - 0.1)
@@ -191,13 +187,6 @@ def test_a_repeated_program_costs_its_episode_the_repeat_cost():
         _cfg("--repair_max_turns", "2", "--repair_repeat_cost", "-1")
     with pytest.raises(ValueError, match="repair_repeat_cost must be >= 0"):
         RepairConfig(repeat_cost=-0.5)
-
-
-def test_the_episode_log_reads_back_what_it_wrote(tmp_path):
-    log = EpisodeLog(tmp_path / "episodes.jsonl")
-    episode = Episode("a", (_turn(True),))
-    log([episode], 3)
-    assert list(log.read()) == [(3, episode)]
 
 
 class _Scorer:
@@ -354,51 +343,3 @@ def test_a_remembering_scorer_runs_a_final_program_once():
     plain = ProgramScorer(runner, composer)  # remembers nothing: runs every time
     plain.score(examples[:1], ["return 'yes'"])
     assert runner.ran[-1] == "return 'yes'" and len(runner.ran) == 4
-
-
-def test_the_episode_log_is_cut_back_for_resume_and_drops_a_torn_tail(tmp_path):
-    log = EpisodeLog(tmp_path / "episodes.jsonl")
-    assert list(log.read()) == [] and log.truncate_after(3) == 0
-    episodes = [Episode(f"e{i}", (_turn(i % 2 == 0),)) for i in range(2)]
-    for step in range(1, 5):
-        log(episodes, step)
-    with open(log.path, "a") as f:
-        f.write('{"step": 5, "example_id": "e0", "tur')  # killed mid-write
-    with pytest.warns(UserWarning, match="torn last line"):
-        assert [s for s, _ in log.read()] == [1, 1, 2, 2, 3, 3, 4, 4]
-    with pytest.warns(UserWarning):
-        assert log.truncate_after(2) == 4
-    assert list(log.read()) == [(1, episodes[0]), (1, episodes[1]), (2, episodes[0]), (2, episodes[1])]
-    assert log.path.read_text().endswith("\n")
-    assert log.truncate_after(None) == 4 and list(log.read()) == []
-
-
-def test_the_episode_log_names_the_line_of_a_bad_row(tmp_path):
-    log = EpisodeLog(tmp_path / "episodes.jsonl")
-    log([Episode("a", (_turn(True),))], 1)
-    with open(log.path, "a") as f:
-        f.write("not json\n")
-    log([Episode("a", (_turn(True),))], 2)
-    with pytest.raises(ValueError, match=r"episodes.jsonl:2: not valid JSON"):
-        list(log.read())
-
-
-def test_a_resume_cuts_every_log_of_the_run_back_to_its_checkpoint(tmp_path):
-    """Rollouts, metrics and every process's episodes: the steps a resumed run replays are logged once."""
-    from vprl.train.rl import cut_logs_back
-    from vprl.train.rollouts.log import RolloutLog, RolloutRow
-    from vprl.train.runs.folder import MetricsLog
-
-    episodes = {rank: EpisodeLog(episodes_path(tmp_path, rank)) for rank in (0, 1)}
-    for step in range(1, 6):
-        RolloutLog.in_run(tmp_path).append(
-            [RolloutRow(step=step, example_id="e", prompt_hash="h", program="p", status="ok", total=1.0)]
-        )
-        MetricsLog(tmp_path).append({"step": step, "loss": 0.1})
-        for log in episodes.values():
-            log([Episode("e", (_turn(True),))], step)
-    assert cut_logs_back(tmp_path, 3) == 4 * 2
-    assert [r.step for r in RolloutLog.in_run(tmp_path).read()] == [1, 2, 3]
-    assert [r["step"] for r in MetricsLog(tmp_path).read()] == [1, 2, 3]
-    assert {rank: [s for s, _ in log.read()] for rank, log in episodes.items()} == {0: [1, 2, 3], 1: [1, 2, 3]}
-    assert cut_logs_back(tmp_path, None) == 3 * 4
