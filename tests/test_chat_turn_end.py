@@ -13,7 +13,7 @@ import torch
 from chat_helpers import TEXTS, build_chat_tokenizer, build_turn_end_policy
 from fake_vllm import PolicyVLLMGeneration
 
-from vprl.train.online.trainers import ProgramGRPOTrainer, stop_at_turn_end, stop_length
+from vprl.train.online.trainers import ProgramGRPOTrainer, stop_at_turn_end, stop_cut, stop_length
 from vprl.train.policy.tiny import train_tokenizer
 from vprl.train.prompts import STOP_SEQUENCES, frame_prompt, turn_end_ids
 
@@ -38,6 +38,9 @@ def test_item6_stop_length_cuts_through_the_turn_end(chat_tokenizer):
     ids = [*body, eot, *after]
     assert stop_length(ids, chat_tokenizer, STOP_SEQUENCES) == len(ids)  # the stop strings do not see it
     assert stop_length(ids, chat_tokenizer, STOP_SEQUENCES, [eot]) == len(body) + 1
+    # ended by the turn end even when it is the last token (the length limit's): not a cut program
+    assert stop_cut([*body, eot], chat_tokenizer, STOP_SEQUENCES, [eot]) == (len(body) + 1, True)
+    assert stop_cut(body, chat_tokenizer, STOP_SEQUENCES, [eot]) == (len(body), False)
     early = chat_tokenizer("\n# next", add_special_tokens=False)["input_ids"]
     assert stop_length([*early, eot], chat_tokenizer, STOP_SEQUENCES, [eot]) < len(early) + 1  # first stop wins
 

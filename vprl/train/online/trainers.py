@@ -44,16 +44,20 @@ from vprl.train.repair.rloo import RLOOEpisodesMixin
 logger = logging.getLogger(__name__)
 
 
-def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str], stop_ids: Sequence[int] = ()) -> int:
-    """How many leading tokens to keep: through the first stop token (a chat frame's turn end) or the
-    token that completes the first stop sequence, whichever comes first (all of them when neither
-    occurs). Binary search over prefixes: containment only grows."""
+def stop_cut(
+    ids: Sequence[int], tokenizer: Any, stops: Sequence[str], stop_ids: Sequence[int] = ()
+) -> tuple[int, bool]:
+    """How many leading tokens to keep, and whether a stop ended them: through the first stop token
+    (a chat frame's turn end) or the token that completes the first stop sequence, whichever comes
+    first (all of them, not stopped, when neither occurs). The flag matters when the stop is the last
+    token the length limit allowed: the count alone cannot tell it from a program the limit cut.
+    Binary search over prefixes: containment only grows."""
     ids = list(ids)
-    at_token = next((i + 1 for i, t in enumerate(ids) if t in stop_ids), len(ids))
+    at_token = next((i + 1 for i, t in enumerate(ids) if t in stop_ids), None)
     ids = ids[:at_token]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     if not any(s in text for s in stops):
-        return len(ids)
+        return len(ids), at_token is not None
     lo, hi = 1, len(ids)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -62,7 +66,12 @@ def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str], stop_i
             hi = mid
         else:
             lo = mid + 1
-    return lo
+    return lo, True
+
+
+def stop_length(ids: Sequence[int], tokenizer: Any, stops: Sequence[str], stop_ids: Sequence[int] = ()) -> int:
+    """How many leading tokens `stop_cut` keeps."""
+    return stop_cut(ids, tokenizer, stops, stop_ids)[0]
 
 
 def stop_at_turn_end(model: Any, args: Any, turn_end: Sequence[int]) -> None:
@@ -146,18 +155,20 @@ class ProgramTrainerMixin:
             return (ids, logprobs) if isinstance(out, tuple) else ids
         # A generator that ran past the turn end (a vLLM server given no stop ids) is cut there too:
         # nothing after it reaches the loss.
-        keep = [stop_length(seq, self._tokenizer, self.stop_sequences, self.stop_token_ids) for seq in ids]
-        cut = [list(seq[:k]) for seq, k in zip(ids, keep, strict=True)]
+        cuts = [stop_cut(seq, self._tokenizer, self.stop_sequences, self.stop_token_ids) for seq in ids]
+        cut = [list(seq[:k]) for seq, (k, _) in zip(ids, cuts, strict=True)]
         if logprobs is not None:
-            logprobs = [list(lp[:k]) for lp, k in zip(logprobs, keep, strict=True)]
+            logprobs = [list(lp[:k]) for lp, (k, _) in zip(logprobs, cuts, strict=True)]
         # A program that ended at a stop sequence ended: it gets the EOS the stop rule stands for, so
         # trl does not count it as clipped and the policy learns to end there (the EOS is trained like
         # the program's other tokens, on both generation paths). The sampler never drew it, so it has
         # no sampling log-probability: NOT_SAMPLED keeps it out of vLLM's importance-sampling weight,
-        # which a 0 would have scaled by p(EOS | program), ~3e-4 for a code model.
+        # which a 0 would have scaled by p(EOS | program), ~3e-4 for a code model. A stop completed by
+        # the last token the limit allowed gets it too, one past the limit: without it trl would count
+        # the program clipped and, with mask_truncated_completions, leave it out of the loss.
         eos = self._tokenizer.eos_token_id
         for i, seq in enumerate(cut):
-            ended = len(seq) < len(ids[i]) or len(ids[i]) < self.max_completion_length
+            ended = cuts[i][1] or len(ids[i]) < self.max_completion_length
             if eos is not None and ended and (not seq or (seq[-1] != eos and seq[-1] not in self.stop_token_ids)):
                 seq.append(eos)
                 if logprobs is not None:

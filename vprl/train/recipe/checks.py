@@ -166,11 +166,6 @@ def check_algorithm(cfg: RLConfig) -> None:
     check_gpu_combinations(cfg)  # before require_vllm: a refusal must not depend on this machine's packages
     if t.use_vllm:
         require_vllm("use_vllm")
-    if cfg.rewards.stop_at_program_end and t.mask_truncated_completions:
-        raise ConfigError(
-            "mask_truncated_completions: a completion cut at the end of its program has no EOS and would be "
-            "masked as truncated; set stop_at_program_end false to use it"
-        )
     # Samples are generated once per window of optimizer steps; a checkpoint inside a window
     # would resume with the window's samples lost (they are not checkpointed).
     window = t.steps_per_generation * t.num_iterations / t.gradient_accumulation_steps
