@@ -2,7 +2,8 @@
 same budget (steps, questions and samples per step). Prints figures; asserts nothing.
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
-        [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--later_turns greedy] [--threads 2]
+        [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--later_turns greedy]
+        [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), then:
@@ -12,6 +13,8 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
   unit tests is shown its error, its tool calls and the failed tests, and written again (the
   unit-test reward at weight 0 gives the check; no verdict: the evaluation could not show one);
   `--repeat_cost` charges a second program that is the first again (`repair_repeat_cost`);
+  `--branches B` shares each sampled first program among B rows of its group, each writing its own
+  second program (`repair_branches`, turn-level groups);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
   copy of the world whose every answer is a sentinel, withheld at load time; every file of the run
   is searched for the sentinel afterwards.
@@ -27,7 +30,9 @@ Figures, with 95 % intervals from a two-level bootstrap (seeds, then questions;
 `vprl.train.evaluation.gains`): the repair run's two-turn repair against the single run's best of 2,
 against its majority of 2 and against its untrained re-prompting; each arm's gain (after - before)
 in its own mode; the label-free repair gain as a share of the labelled one; the mean executions per
-question in each mode; the repair rate per step (metrics.jsonl), plotted to `<out>/repair_rate.png`.
+question in each mode; the repair rate per step (metrics.jsonl), plotted to `<out>/repair_rate.png`;
+the second program's lift over a fresh first program of its question (`resample_lift`, from the
+runs' episodes: does the second turn read its feedback?).
 Records go to `<out>/runs.jsonl`, figures to `<out>/repair.json`. An interrupted call, run again,
 skips the arms it recorded and resumes the one it was in from its last checkpoint (`--save_steps`).
 
@@ -123,6 +128,11 @@ def repeat_cost(arm: str, args: argparse.Namespace) -> float:
     return 0.0 if arm == "single" else args.repeat_cost
 
 
+def branches(arm: str, args: argparse.Namespace) -> int:
+    """The arm's `repair_branches`: `--branches` for the repair arms."""
+    return 1 if arm == "single" else args.branches
+
+
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
     import torch
 
@@ -137,6 +147,8 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         rl_args += f" --repair_pass_threshold {args.pass_threshold}"
     if repeat_cost(arm, args):
         rl_args += f" --repair_repeat_cost {repeat_cost(arm, args)}"
+    if branches(arm, args) > 1:
+        rl_args += f" --repair_branches {branches(arm, args)}"
     if arm == "repair_label_free":
         rl_args += f" --dataset_root {sentinel_world(policy)}"
     started = time.time()
@@ -165,6 +177,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "repair_noun_share": args.repair_noun_share,
         "pass_threshold": args.pass_threshold,
         "repeat_cost": repeat_cost(arm, args),
+        "branches": branches(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
         "eval_args": eval_args(args),
@@ -252,6 +265,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="the repair arms' repair_repeat_cost: reward lost per later program repeating an earlier one (default: 0)",
     )
     parser.add_argument(
+        "--branches",
+        type=int,
+        default=1,
+        help="the repair arms' repair_branches: rows of a group sharing one first program (default: 1)",
+    )
+    parser.add_argument(
         "--later_turns",
         choices=("greedy", "sampled"),
         default="greedy",
@@ -301,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict:
         and r["arm"] in arms
         and all(r.get(k) == v for k, v in wanted.items())
         and r.get("repeat_cost", 0.0) == repeat_cost(r["arm"], args)  # records from before it: none
+        and r.get("branches", 1) == branches(r["arm"], args)
     ]
     for seed in seeds:
         for arm in arms:

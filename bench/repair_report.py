@@ -11,6 +11,8 @@ from pathlib import Path
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.train.evaluation.gains import Gain, paired_gain, question_scores, share_of_gain
 from vprl.train.evaluation.seen import seen_queries, split_seen
+from vprl.train.repair.episode import resample_lift
+from vprl.train.repair.log import EpisodeLog, episode_logs
 
 UNSEEN = "shapes:val-unseen"
 MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "repair")
@@ -75,6 +77,9 @@ def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
         curves = [r["repair_curve"] for r in rs if r["repair_curve"]]
         if curves:
             summary.setdefault("repair_rate", {})[arm] = _curve_summary(curves)
+        lifts = [c for r in rs if (c := lift_curve(Path(r["run_dir"])))]
+        if lifts:
+            summary.setdefault("resample_lift", {})[arm] = _curve_summary(lifts)
     if by_arm["repair"] and by_arm["repair_label_free"]:
         labelled = (scores("repair", "repair", "before_rl"), scores("repair", "repair"))
         free = (scores("repair_label_free", "repair", "before_rl"), scores("repair_label_free", "repair"))
@@ -83,9 +88,21 @@ def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
     return summary
 
 
+def lift_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """`resample_lift` of each training step's episodes (the run's episodes.jsonl files): does the
+    second program beat a fresh first program of its question? Computed from the episodes, so runs
+    recorded before the trainer logged it have it too."""
+    by_step: dict[int, list] = {}
+    for path in episode_logs(run_dir):
+        for step, episode in EpisodeLog(path).read():
+            by_step.setdefault(step, []).append(episode)
+    return [(step, lift) for step in sorted(by_step) if (lift := resample_lift(by_step[step])) is not None]
+
+
 def _curve_summary(curves: list[list[tuple[int, float]]], window: int = 20) -> dict:
-    """Per seed: the repair rate over the first and the last `window` steps (mean), and the lowest
-    mean of any `window` consecutive steps after the first window (a collapse shows there)."""
+    """Per seed: a per-step figure (the repair rate, the resample lift) over the first and the last
+    `window` steps (mean), and the lowest mean of any `window` consecutive steps after the first
+    window (a collapse shows there)."""
     rows = []
     for curve in curves:
         rates = [r for _, r in curve]
@@ -135,6 +152,12 @@ def markdown(summary: dict) -> str:
             for r in rate["per_seed"]
         )
         lines.append(f"\nrepair rate of {arm}, first → last 20 steps per seed: {per}")
+    for arm, lift in summary.get("resample_lift", {}).items():
+        per = "; ".join(f"{100 * r['first']:+.0f} → {100 * r['last']:+.0f}" for r in lift["per_seed"])
+        lines.append(
+            f"\nsecond program's lift over a fresh first program of its question, {arm}, points, first → last "
+            f"20 steps per seed: {per}"
+        )
     if "label_free_share" in summary:
         s = summary["label_free_share"]
         lines.append(

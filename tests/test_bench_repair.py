@@ -1,6 +1,7 @@
 """bench/repair.py's bookkeeping, which a days-long benchmark leans on: one call per seed side by
 side, collected into one folder once (records never doubled, the evaluation world brought along), and
-the repair-rate summary that says whether training collapsed."""
+the repair-rate summary that says whether training collapsed, and the second program's lift over a
+fresh sample per step, read back from the run's episode logs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.repair import collect, records  # noqa: E402
-from bench.repair_report import _curve_summary  # noqa: E402
+from bench.repair_report import _curve_summary, lift_curve  # noqa: E402
+from vprl.rewards.feedback import Feedback  # noqa: E402
+from vprl.train.repair.episode import Episode, Turn  # noqa: E402
+from vprl.train.repair.log import EpisodeLog, episodes_path  # noqa: E402
 
 
 def _folder(root: Path, seed: int) -> Path:
@@ -45,3 +49,25 @@ def test_the_repair_rate_summary_shows_a_collapse():
     rows = _curve_summary([steady, collapsed])["per_seed"]
     assert rows[0]["lowest_after_first"] > rows[0]["first"]
     assert rows[1]["first"] == rows[1]["last"] == 0.3 and rows[1]["lowest_after_first"] == 0.0
+
+
+def test_the_lift_curve_is_each_steps_resample_lift_over_every_process_log(tmp_path):
+    fb = Feedback(("error",), "It failed")
+
+    def episode(first: bool, second: bool | None = None) -> Episode:
+        right = {"correctness": 1.0}
+        wrong = {"correctness": 0.0}
+        if second is None:
+            return Episode("q", (Turn("p", "ok", components=right if first else wrong),))
+        turns = (
+            Turn("p", "ok", components=wrong, feedback=fb),
+            Turn("p", "ok", components=right if second else wrong),
+        )
+        return Episode("q", turns)
+
+    # step 1 over both processes' logs: each wrong first program's others are 1 right of 2, so +0.5 and -0.5
+    EpisodeLog(episodes_path(tmp_path))([episode(True), episode(False, True)], step=1)
+    EpisodeLog(episodes_path(tmp_path, rank=1))([episode(False, False)], step=1)
+    EpisodeLog(episodes_path(tmp_path))([episode(True), episode(True)], step=2)  # no second program: no point
+    EpisodeLog(episodes_path(tmp_path))([episode(False, True), episode(False, False)], step=3)
+    assert lift_curve(tmp_path) == [(1, 0.0), (3, 0.5)]

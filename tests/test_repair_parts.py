@@ -25,7 +25,7 @@ from vprl.train.prompts.conversation import (
 )
 from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.rl_config import parse_rl_config
-from vprl.train.repair.episode import Episode, Turn, episode_stats
+from vprl.train.repair.episode import Episode, Turn, episode_stats, resample_lift
 from vprl.train.repair.turns import EpisodeLoop, RepairConfig, episode_reward, repeats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,6 +164,37 @@ def test_episodes_round_trip_and_their_figures():
     assert stats["repair/turns_mean"] == 7 / 4 and stats["repair/feedback_error"] == 1.0
     with pytest.raises(ValueError, match=r"episode\.turns\[0\]: status"):
         Episode.from_json({"example_id": "a", "turns": [{"program": "p", "status": 3}]})
+
+
+def test_resample_lift_compares_a_second_program_with_fresh_first_programs_of_its_question():
+    fb = Feedback(("error",), "It failed")
+
+    def episode(example: str, first: bool, second: bool | None = None) -> Episode:
+        if second is None:
+            return Episode(example, (_turn(first),))
+        return Episode(example, (_turn(first, "ok", fb), _turn(second)))
+
+    episodes = [
+        # "a": of the others, 2 of 3 first programs right: the fix is +1/3 and the miss -2/3
+        *(episode("a", True), episode("a", True), episode("a", False, True), episode("a", False, False)),
+        episode("b", False, True),  # no other program of its question to compare with: left out
+        *(episode("c", False, True), episode("c", False, True)),  # no fresh program right: +1 each
+        episode("d", True, False),  # a right first program sent back is the break rate's, not this
+    ]
+    assert resample_lift(episodes) == pytest.approx((1 / 3 - 2 / 3 + 1 + 1) / 4)
+    assert episode_stats(episodes)["repair/resample_lift"] == resample_lift(episodes)
+    # repair_branches: a copied first program is its sample's, counted once and left out with it
+    shared = Episode("e", (_turn(False, "ok", fb), _turn(False)), shared_first=True)
+    branched = [episode("e", False, True), shared, episode("e", True)]  # samples: wrong, right
+    assert resample_lift(branched) == pytest.approx(((1 - 1) + (0 - 1)) / 2)
+    assert Episode.from_json(json.loads(json.dumps(shared.to_json()))) == shared
+    assert "shared_first" not in branched[0].to_json()  # the logs of unbranched runs are as before
+    with pytest.raises(ValueError, match="shares the first program of no earlier episode"):
+        resample_lift([shared])
+    with pytest.raises(ValueError, match="shared_first: expected true or false"):
+        Episode.from_json({**shared.to_json(), "shared_first": "yes"})
+    assert resample_lift([episode("a", True), episode("a", True)]) is None
+    assert "repair/resample_lift" not in episode_stats([episode("b", False, True)])
 
 
 def test_a_repeated_program_costs_its_episode_the_repeat_cost():

@@ -93,6 +93,18 @@ def test_verl_data_names_the_agent_loop_with_the_recipes_repair_settings(prepare
     assert f"data.max_response_length={episode_tokens(2, TURN_TOKENS)}" in overrides
 
 
+def test_verl_data_refuses_repair_branches_before_writing_anything(prepared):
+    from vprl.train.recipe.parsing import ConfigError
+
+    root, _ = prepared
+    recipe = yaml.safe_load((root / "recipe.yaml").read_text())
+    recipe.update(repair_branches=2, output_dir=str(root / "branched"))
+    path = write_recipe(root / "branched.yaml", **recipe)
+    with pytest.raises(ConfigError, match="repair_branches: verl's agent loop plays each episode on its own"):
+        verl_data.main(["--config", str(path)])
+    assert not (root / "branched").exists()
+
+
 def test_every_episode_is_one_response_with_the_feedback_out_of_the_mask(played):
     samples = played["samples"]
     assert len(samples) == ROWS * SAMPLES

@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> Path:
     checked = validate(cfg, check_layout=False)  # verl places the models, not vprl's layout check
     if checked.reward_scopes is not None:
         raise ConfigError("rewards: rewards scoped to mixture entries are not supported on verl; score every entry")
+    if cfg.repair.repair_branches > 1:  # verl's agent loop plays each sample's episode from its own prompt
+        raise ConfigError("repair_branches: verl's agent loop plays each episode on its own; use 1 with verl")
     run_dir = Path(cfg.training.output_dir)
     out = run_dir / FOLDER
     out.mkdir(parents=True, exist_ok=True)

@@ -120,6 +120,7 @@ def repair_rollout(cfg: RLConfig, scorer: ProgramScorer, examples: dict, tokeniz
         examples,
         RepairFormat(tokenizer, cfg.policy.framing),
         on_episodes=EpisodeLog(episodes_path(run_dir, rank)),
+        branches=cfg.repair.repair_branches,
     )
     return {"rollout_func": rollout}
 

@@ -151,6 +151,16 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
         return
     if repair.repair_check is not None and repair.repair_check not in reward_names:
         raise ConfigError(f"repair_check: {repair.repair_check!r} is not one of the run's rewards {reward_names}")
+    branches = repair.repair_branches
+    if branches < 1:
+        raise ConfigError(f"repair_branches: must be at least 1, got {branches}")
+    if branches > 1 and cfg.algorithm == "rest":
+        raise ConfigError("repair_branches: ReST samples its episodes itself; branches are for grpo and rloo")
+    if cfg.sampling.num_generations % branches:
+        raise ConfigError(
+            f"repair_branches: {branches} does not divide num_generations {cfg.sampling.num_generations} "
+            "(each group's rows share first programs in whole blocks)"
+        )
 
 
 def check_algorithm(cfg: RLConfig) -> None:

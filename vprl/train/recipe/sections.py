@@ -196,6 +196,13 @@ class RepairArgs:
         default=0.0,
         metadata={"help": "subtracted from the reward per later program that repeats an earlier one of its episode"},
     )
+    repair_branches: int = field(
+        default=1,
+        metadata={
+            "help": "rows of a group that share one first program, each writing its own later programs from "
+            "it and its feedback (turn-level groups; divides num_generations; grpo and rloo)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.repair_feedback, str):

@@ -15,6 +15,10 @@ The tokens are never re-tokenized: each turn's sampled ids are kept as sampled, 
 tokenized on their own and appended, and the next turn is generated from the concatenation. An
 EOS the trainer appended to a turn that stopped at a stop sequence (never sampled) is dropped
 before a block follows it, so the sequence trains EOS only where an episode ends.
+
+With `branches` B > 1, each question's rows share a first program in blocks of B (sampled once per
+block, with n / B samples asked per question): the rows of a block differ only in their later
+programs, which so get a group-relative contrast of their own (docs/repair.md).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from vprl.data.records import Example
@@ -49,7 +54,11 @@ class RepairRollout:
         fmt: RepairFormat,
         id_column: str = "example_id",
         on_episodes: Any = None,
+        branches: int = 1,
     ):
+        if branches < 1:
+            raise ValueError(f"repair_branches must be at least 1, got {branches}")
+        self.branches = branches
         self.loop = loop
         self.examples = examples
         self.format = fmt
@@ -72,7 +81,14 @@ class RepairRollout:
         prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
         training = trainer.model.training
         n = trainer.num_generations if training else trainer.num_generations_eval
-        ids, logprobs = _as_lists(*trainer._generate_single_turn(prompt_ids, None, {}, n))
+        source = branch_sources([row[self.id_column] for row in inputs], self.branches)
+        leaders = sorted(set(source))
+        drawn, drawn_lps = _as_lists(
+            *trainer._generate_single_turn([prompt_ids[i] for i in leaders], None, {}, max(1, n // self.branches))
+        )
+        at = {row: j for j, row in enumerate(leaders)}
+        ids = [list(drawn[at[source[i]]]) for i in range(len(prompts))]
+        logprobs = None if drawn_lps is None else [list(drawn_lps[at[source[i]]]) for i in range(len(prompts))]
         mask = [[1] * len(seq) for seq in ids]
         texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
         openers = [opener_of(p if isinstance(p, str) else str(p[-1]["content"])) for p in prompts]
@@ -103,7 +119,10 @@ class RepairRollout:
                 out.append(completion_to_program(openers[i], tokenizer.decode(fresh[k], skip_special_tokens=True)))
             return out
 
-        episodes = self.loop.run(examples, first, next_programs)
+        episodes = [
+            replace(e, shared_first=True) if source[i] != i else e
+            for i, e in enumerate(self.loop.run(examples, first, next_programs))
+        ]
         self.last_episodes = episodes
         self._recent.append({(e.example_id, e.final.program): e for e in episodes})
         mode = "train" if training else "eval"
@@ -132,6 +151,26 @@ class RepairRollout:
                     for k, t in enumerate(episode.turns[:-1])
                 )
         return ""
+
+
+def branch_sources(example_ids: list[str], branches: int) -> list[int]:
+    """For each row, the row whose first program it continues: each question's rows, in order, in
+    blocks of `branches` that share their first row's program (each row writes its own later ones).
+    A question's rows must come in whole blocks."""
+    rows: dict[str, list[int]] = {}
+    for i, example in enumerate(example_ids):
+        rows.setdefault(example, []).append(i)
+    source = list(range(len(example_ids)))
+    for example, own in rows.items():
+        if len(own) % branches:
+            raise ValueError(
+                f"repair_branches {branches}: question {example!r} has {len(own)} rows in this process's batch, "
+                "not whole blocks; make num_generations and per_device_train_batch_size multiples of it"
+            )
+        for start in range(0, len(own), branches):
+            for i in own[start : start + branches]:
+                source[i] = own[start]
+    return source
 
 
 def _as_lists(ids: Any, logprobs: Any = None) -> tuple[list[list[int]], list[list[float | None]] | None]:
