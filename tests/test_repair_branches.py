@@ -15,7 +15,7 @@ from test_repair_training import (
     _episode_layout,
     _recipe,
     assert_no_feedback_gradient,
-    spread_batch,
+    scored_batch,
 )
 
 from vprl.train.recipe.parsing import ConfigError
@@ -44,12 +44,7 @@ def _blocks(output, built, episodes):
 
 @pytest.fixture(scope="module")
 def branched(tmp_path_factory, assets):
-    built = _Built(_recipe(tmp_path_factory.mktemp("branched"), assets, repair_branches=BRANCHES))
-    try:
-        output, totals = spread_batch(built)
-        yield built, output, built.trainer.rollout_func.last_episodes, totals
-    finally:
-        built.close()
+    yield from scored_batch(tmp_path_factory.mktemp("branched"), assets, repair_branches=BRANCHES)
 
 
 def test_a_blocks_rows_share_the_first_program_and_write_their_own_second(branched):
@@ -107,12 +102,9 @@ def test_importance_ratios_are_one_with_the_first_programs_log_probabilities_cop
 
 
 def test_rloo_shares_first_programs_in_blocks_too(tmp_path, assets):
-    built = _Built(_recipe(tmp_path, assets, algorithm="rloo", repair_branches=BRANCHES))
-    try:
-        output, totals = spread_batch(built)
-        episodes = built.trainer.repair_rollout.last_episodes
-    finally:
-        built.close()
+    batches = scored_batch(tmp_path, assets, algorithm="rloo", repair_branches=BRANCHES)
+    built, output, episodes, totals = next(batches)
+    batches.close()  # the executor
     assert [e.shared_first for e in episodes] == [False, True] * 8
     for i in range(0, len(episodes), BRANCHES):
         rows = []

@@ -23,7 +23,7 @@ from test_repair_training import (
     _sampler_logps,
     assert_no_feedback_gradient,
     assets,
-    spread_batch,
+    scored_batch,
 )
 
 from vprl.train.prompts.conversation import HEADER
@@ -42,12 +42,7 @@ def _layout(output: dict) -> list[tuple[list[int], list[int]]]:
 
 @pytest.fixture(scope="module")
 def rloo_batch(tmp_path_factory, assets):
-    built = _Built(_recipe(tmp_path_factory.mktemp("rloo"), assets, algorithm="rloo"))
-    try:
-        output, totals = spread_batch(built)
-        yield built, output, built.trainer.repair_rollout.last_episodes, totals
-    finally:
-        built.close()
+    yield from scored_batch(tmp_path_factory.mktemp("rloo"), assets, algorithm="rloo")
 
 
 def test_rloo_episodes_are_attended_whole_with_the_feedback_out_of_env_mask(rloo_batch):

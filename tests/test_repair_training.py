@@ -125,14 +125,21 @@ def spread_batch(built: _Built) -> tuple[dict, dict[str, float]]:
         return built.batch(), totals
 
 
-@pytest.fixture(scope="module")
-def hf_batch(tmp_path_factory, assets):
-    built = _Built(_recipe(tmp_path_factory.mktemp("hf"), assets))
+def scored_batch(folder: Path, assets, **values):
+    """Yields (built trainer, one `spread_batch`, its episodes, the spread totals) for the recipe with
+    `values`, and closes the executor after: the body of the modules' batch fixtures."""
+    built = _Built(_recipe(folder, assets, **values))
     try:
         output, totals = spread_batch(built)
-        yield built, output, built.trainer.rollout_func.last_episodes, totals
+        rollout = getattr(built.trainer, "repair_rollout", None) or built.trainer.rollout_func  # RLOO's or GRPO's
+        yield built, output, rollout.last_episodes, totals
     finally:
         built.close()
+
+
+@pytest.fixture(scope="module")
+def hf_batch(tmp_path_factory, assets):
+    yield from scored_batch(tmp_path_factory.mktemp("hf"), assets)
 
 
 def test_every_episode_holds_its_turns_with_the_feedback_masked(hf_batch):
