@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 from test_repair_training import (
-    _assert_ratios_one,
-    _Built,
     _episode_layout,
     _recipe,
     assert_no_feedback_gradient,
+    assert_vllm_ratios_one,
+    built_on_fake_vllm,
     scored_batch,
 )
 
@@ -79,24 +79,15 @@ def test_each_rows_advantage_is_its_own_final_programs(branched):
 
 
 def test_importance_ratios_are_one_with_the_first_programs_log_probabilities_copied(tmp_path, assets, monkeypatch):
-    import trl.trainer.grpo_trainer as grpo_trainer
     from fake_vllm import PolicyVLLMGeneration
 
-    import vprl.train.recipe.checks
-
-    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", PolicyVLLMGeneration)
-    monkeypatch.setattr(vprl.train.recipe.checks, "require_vllm", lambda key: None)  # vLLM is not installed here
-    PolicyVLLMGeneration.instances.clear()
-    built = _Built(_recipe(tmp_path, assets, repair_branches=BRANCHES, use_vllm=True, vllm_mode="colocate", top_p=1.0))
+    built = built_on_fake_vllm(tmp_path, assets, monkeypatch, repair_branches=BRANCHES)
     try:
         output = built.batch()
         (engine,) = PolicyVLLMGeneration.instances
         # the first turn drew one program per block: 16 rows, 8 first programs, then one per second turn
         assert len(engine.prompts) == 8 + 16
-        mask = (output["completion_mask"] * output["tool_mask"]).bool()
-        weights = output["importance_sampling_ratio"]
-        assert torch.allclose(weights.expand_as(mask)[mask], torch.ones(()), atol=2e-4)
-        assert _assert_ratios_one(built, output) > 0
+        assert_vllm_ratios_one(built, output)
     finally:
         built.close()
 

@@ -315,7 +315,9 @@ def test_importance_ratios_are_one_under_transformers_generation(hf_batch):
     assert _assert_ratios_one(built, output) > 0
 
 
-def test_importance_ratios_are_one_with_a_vllm_sampler_that_draws_from_the_policy(tmp_path, assets, monkeypatch):
+def built_on_fake_vllm(tmp_path, assets, monkeypatch, **values) -> _Built:
+    """The trainer of the recipe with `values` on colocated vLLM, played by a stand-in that samples
+    from the policy (`fake_vllm.PolicyVLLMGeneration`, its instances cleared)."""
     import trl.trainer.grpo_trainer as grpo_trainer
     from fake_vllm import PolicyVLLMGeneration
 
@@ -323,17 +325,25 @@ def test_importance_ratios_are_one_with_a_vllm_sampler_that_draws_from_the_polic
 
     monkeypatch.setattr(grpo_trainer, "VLLMGeneration", PolicyVLLMGeneration)
     monkeypatch.setattr(vprl.train.recipe.checks, "require_vllm", lambda key: None)  # vLLM is not installed here
-    recipe = _recipe(tmp_path, assets, use_vllm=True, vllm_mode="colocate", top_p=1.0)
-    built = _Built(recipe)
+    PolicyVLLMGeneration.instances.clear()
+    return _Built(_recipe(tmp_path, assets, use_vllm=True, vllm_mode="colocate", top_p=1.0, **values))
+
+
+def assert_vllm_ratios_one(built, output) -> None:
+    """trl's importance-sampling weights (sampler vs trainer, over program tokens only) are 1, and so is
+    every program token's ratio against the sampler's log-probability in its own turn's context."""
+    mask = (output["completion_mask"] * output["tool_mask"]).bool()
+    weights = output["importance_sampling_ratio"]
+    assert torch.allclose(weights.expand_as(mask)[mask], torch.ones(()), atol=2e-4)
+    assert _assert_ratios_one(built, output) > 0
+
+
+def test_importance_ratios_are_one_with_a_vllm_sampler_that_draws_from_the_policy(tmp_path, assets, monkeypatch):
+    built = built_on_fake_vllm(tmp_path, assets, monkeypatch)
     try:
         output = built.batch()
-        episodes = built.trainer.rollout_func.last_episodes
-        assert all(len(e.turns) == TURNS for e in episodes)
-        # trl's importance-sampling weights (sampler vs trainer, over program tokens only) are 1
-        mask = (output["completion_mask"] * output["tool_mask"]).bool()
-        weights = output["importance_sampling_ratio"]
-        assert torch.allclose(weights.expand_as(mask)[mask], torch.ones(()), atol=2e-4)
-        assert _assert_ratios_one(built, output) > 0
+        assert all(len(e.turns) == TURNS for e in built.trainer.rollout_func.last_episodes)
+        assert_vllm_ratios_one(built, output)
     finally:
         built.close()
 
