@@ -112,23 +112,30 @@ def _curve_summary(curves: list[list[tuple[int, float]]], window: int = 20) -> d
 
 
 def plot(runs: list[dict], path: Path) -> None:
+    """The repair rate per step and, beside it, the second program's lift over a fresh sample (10-step
+    means), one line per run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, (rate_ax, lift_ax) = plt.subplots(1, 2, figsize=(11, 3.5))
     for r in runs:
-        if not r["repair_curve"]:
-            continue
-        steps, rates = zip(*r["repair_curve"])
-        smooth = [statistics.mean(rates[max(0, i - 9) : i + 1]) for i in range(len(rates))]
         style = "-" if r["arm"] == "repair" else "--"
-        ax.plot(steps, smooth, style, label=f"{r['arm']} seed {r['seed']}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("repair rate (10-step mean)")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=7)
+        for ax, curve in ((rate_ax, r["repair_curve"]), (lift_ax, lift_curve(Path(r["run_dir"])))):
+            if not curve:
+                continue
+            steps, values = zip(*curve)
+            smooth = [statistics.mean(values[max(0, i - 9) : i + 1]) for i in range(len(values))]
+            ax.plot(steps, smooth, style, label=f"{r['arm']} seed {r['seed']}")
+    rate_ax.set_ylabel("repair rate (10-step mean)")
+    rate_ax.set_ylim(0, 1)
+    lift_ax.set_ylabel("resample lift (10-step mean)")
+    lift_ax.axhline(0, color="grey", linewidth=0.8)
+    for ax in (rate_ax, lift_ax):
+        ax.set_xlabel("step")
+        if ax.lines:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
