@@ -184,6 +184,9 @@ def test_a_quick_bootstrap_learns_repair_examples(tmp_path):
             for figure in ("repaired", "broken", "passed", "ran", "unchanged"):
                 assert how[figure] is None or 0 <= how[figure] <= 1
         assert repair["sampled"]["got_feedback"] <= 2 * PolicyEval.from_json(summary["evaluation"][name]).overall.n
+        assert repair["resample_lift"] is None  # greedy: one first program a question, nothing to compare with
+        lift = repair["sampled"]["resample_lift"]
+        assert lift is None or -1 <= lift <= 1
     saved = json.loads((out / "bootstrap.json").read_text())
     assert saved["evaluation"]["val"]["repair"] == summary["evaluation"]["val"]["repair"]
     assert "repair:" in (out / "bootstrap.json").read_text()  # the kinds drawn are recorded

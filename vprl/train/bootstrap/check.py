@@ -132,5 +132,10 @@ def format_table(result: PolicyEval) -> str:
                 f"them wrong: repaired {pct(r['repaired'])}, right ones broken {pct(r['broken'])}; second programs "
                 f"passing their unit tests {pct(r['passed'])}, running {pct(r.get('ran'))}, "
                 f"unchanged {pct(r.get('unchanged'))}"
+                + (
+                    ""
+                    if r.get("resample_lift") is None
+                    else f"; lift over a fresh sample {100 * r['resample_lift']:+.1f} pts"
+                )
             )
     return "\n".join(lines)

@@ -39,6 +39,7 @@ from vprl.train.bootstrap.check import bare_prompts, open_runner
 from vprl.train.bootstrap.pairs import SFTPair, body
 from vprl.train.prompts import completion_to_program
 from vprl.train.prompts.conversation import body_of, conversation_text, signature_of
+from vprl.train.repair.episode import resample_lift
 from vprl.train.repair.turns import EpisodeLoop, RepairConfig
 from vprl.train.rollouts.scorer import ProgramScorer
 from vprl.train.sampling.generator import policy_sampling
@@ -192,7 +193,9 @@ def repair_figure(
     before RL: how many first programs got feedback; of those that were wrong, the share whose
     second program is right (`repaired`); of those that were right (feedback from a failed unit
     test), the share made wrong (`broken`); and of the second programs, the share that pass their
-    unit tests (`passed`), that run (`ran`) and that are the first one again (`unchanged`).
+    unit tests (`passed`), that run (`ran`) and that are the first one again (`unchanged`); sampled,
+    how much more often a second program is right than a fresh first program of its question
+    (`resample_lift`: near 0, the second turn ignores its feedback).
     Greedy, or with `sampled` as RL samples (`cfg.num_generations` episodes per example at
     `cfg.temperature`), where the first programs' slips are the ones RL's episodes meet."""
     from vprl.train.sampling.hf import HFGenerator
@@ -235,6 +238,8 @@ def repair_figure(
         "passed": share(repaired, lambda e: e.turns[1].passed),
         "ran": share(repaired, lambda e: e.turns[1].status == "ok"),
         "unchanged": share(repaired, lambda e: e.turns[1].program.strip() == e.turns[0].program.strip()),
+        # sampled: does the second program beat a fresh first program of its question (None greedy: one each)
+        "resample_lift": None if (lift := resample_lift(played)) is None else round(lift, 4),
     }
 
 
