@@ -4,6 +4,7 @@ the bench prints. Running the arms is bench/repair.py's job; this reads what it 
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -88,10 +89,11 @@ def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
     return summary
 
 
+@functools.cache  # the summary and the plot both read it, and a run's episode logs are large
 def lift_curve(run_dir: Path) -> list[tuple[int, float]]:
     """`resample_lift` of each training step's episodes (the run's episodes.jsonl files): does the
     second program beat a fresh first program of its question? Computed from the episodes, so runs
-    recorded before the trainer logged it have it too."""
+    recorded before the trainer logged it have it too. Read once per call of the bench."""
     by_step: dict[int, list] = {}
     for path in episode_logs(run_dir):
         for step, episode in EpisodeLog(path).read():

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_repair_training import (
+from repair_trainer import (
     _episode_layout,
     _recipe,
     assert_no_feedback_gradient,
     assert_vllm_ratios_one,
+    assets,
     built_on_fake_vllm,
     scored_batch,
 )
@@ -21,12 +22,9 @@ from test_repair_training import (
 from vprl.train.recipe.parsing import ConfigError
 from vprl.train.repair.trl_rollout import branch_sources
 
+__all__ = ["assets"]  # the module fixture
+
 BRANCHES = 2
-
-
-@pytest.fixture(scope="module")
-def assets(repair_assets):
-    return repair_assets
 
 
 def test_branch_sources_share_each_questions_rows_in_blocks():

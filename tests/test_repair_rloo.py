@@ -16,7 +16,7 @@ import json
 
 import pytest
 import torch
-from test_repair_training import (
+from repair_trainer import (
     TURNS,
     _Built,
     _recipe,
@@ -28,7 +28,7 @@ from test_repair_training import (
 
 from vprl.train.prompts.conversation import HEADER
 
-__all__ = ["assets"]  # the module fixture, shared with the GRPO tests
+__all__ = ["assets"]  # the module fixture
 
 
 def _layout(output: dict) -> list[tuple[list[int], list[int]]]:

@@ -144,13 +144,11 @@ def resample_lift(episodes: Sequence[Episode]) -> float | None:
     sample_of: list[int] = []
     for k, e in enumerate(episodes):
         own = samples.setdefault(e.example_id, [])
-        if e.shared_first:
-            if not own:
-                raise ValueError(f"episode {k} ({e.example_id}) shares the first program of no earlier episode")
-            sample_of.append(len(own) - 1)
-        else:
+        if e.shared_first and not own:
+            raise ValueError(f"episode {k} ({e.example_id}) shares the first program of no earlier episode")
+        if not e.shared_first:
             own.append(e.first.right())
-            sample_of.append(len(own) - 1)
+        sample_of.append(len(own) - 1)
     lifts = []
     for e, sample in zip(episodes, sample_of, strict=True):
         own = samples[e.example_id]
