@@ -188,21 +188,28 @@ def _assert_ratios_one(built, output) -> int:
         )
     checked = 0
     for row, (ids, env) in enumerate(_episode_layout(output, trainer)):
-        start = 0
-        while start < len(ids):  # each run of program tokens, scored after everything before it
-            if env[start] == 0:
-                start += 1
-                continue
-            end = start
-            while end < len(ids) and env[end] == 1:
-                end += 1
+        for start, end in program_runs(env):  # each run of program tokens, scored after everything before it
             drawn = _sampler_logps(trainer.model, prompt_ids[row] + ids[:start], ids[start:end], trainer.temperature)
             got = trainer_logps[row, start:end].tolist()
             ratios = [math.exp(a - b) for a, b in zip(got, drawn, strict=True)]
             assert ratios == pytest.approx([1.0] * len(ratios), abs=2e-4), (row, start)
             checked += end - start
-            start = end
     return checked
+
+
+def program_runs(env: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each run of program tokens (1) in an episode's environment mask."""
+    runs, start = [], 0
+    while start < len(env):
+        if env[start] == 0:
+            start += 1
+            continue
+        end = start
+        while end < len(env) and env[end] == 1:
+            end += 1
+        runs.append((start, end))
+        start = end
+    return runs
 
 
 def built_on_fake_vllm(tmp_path, assets, monkeypatch, **values) -> _Built:

@@ -23,6 +23,7 @@ from repair_trainer import (
     _sampler_logps,
     assert_no_feedback_gradient,
     assets,
+    program_runs,
     scored_batch,
 )
 
@@ -89,17 +90,10 @@ def _assert_sequence_logps_are_the_turns_own(built, output) -> None:
     prompts = [ids[m.bool()].tolist() for ids, m in zip(output["prompt_ids"], output["prompt_mask"], strict=True)]
     expected = []
     for row, (ids, env) in enumerate(_layout(output)):
-        total, start = 0.0, 0
-        while start < len(ids):
-            if env[start] == 0:
-                start += 1
-                continue
-            end = start
-            while end < len(ids) and env[end] == 1:
-                end += 1
+        total = 0.0
+        for start, end in program_runs(env):
             drawn = _sampler_logps(trainer.model, prompts[row] + ids[:start], ids[start:end], trainer.temperature)
             total += sum(drawn)
-            start = end
         expected.append(total)
     expected = torch.tensor(expected)
     assert torch.allclose(output["old_logps"], expected, atol=2e-3, rtol=0), (
