@@ -93,16 +93,23 @@ def test_verl_data_names_the_agent_loop_with_the_recipes_repair_settings(prepare
     assert f"data.max_response_length={episode_tokens(2, TURN_TOKENS)}" in overrides
 
 
-def test_verl_data_refuses_repair_branches_before_writing_anything(prepared):
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"repair_branches": 2}, "repair_branches: verl's agent loop plays each episode on its own"),
+        ({"repair_kl_turns": "later", "beta": 0.1}, "repair_kl_turns: verl's actor puts its KL on every response"),
+    ],
+)
+def test_verl_data_refuses_what_its_loop_cannot_do_before_writing_anything(prepared, values, message):
     from vprl.train.recipe.parsing import ConfigError
 
     root, _ = prepared
     recipe = yaml.safe_load((root / "recipe.yaml").read_text())
-    recipe.update(repair_branches=2, output_dir=str(root / "branched"))
-    path = write_recipe(root / "branched.yaml", **recipe)
-    with pytest.raises(ConfigError, match="repair_branches: verl's agent loop plays each episode on its own"):
+    recipe.update(values, output_dir=str(root / "refused"))
+    path = write_recipe(root / "refused.yaml", **recipe)
+    with pytest.raises(ConfigError, match=message):
         verl_data.main(["--config", str(path)])
-    assert not (root / "branched").exists()
+    assert not (root / "refused").exists()
 
 
 def test_every_episode_is_one_response_with_the_feedback_out_of_the_mask(played):

@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> Path:
         raise ConfigError("rewards: rewards scoped to mixture entries are not supported on verl; score every entry")
     if cfg.repair.repair_branches > 1:  # verl's agent loop plays each sample's episode from its own prompt
         raise ConfigError("repair_branches: verl's agent loop plays each episode on its own; use 1 with verl")
+    if cfg.repair.repair_kl_turns != "all":  # verl's actor computes its own KL over every response token
+        raise ConfigError("repair_kl_turns: verl's actor puts its KL on every response token; use all with verl")
     run_dir = Path(cfg.training.output_dir)
     out = run_dir / FOLDER
     out.mkdir(parents=True, exist_ok=True)

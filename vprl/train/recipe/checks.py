@@ -148,6 +148,8 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
     repair = cfg.repair
     repair.config()  # the values themselves, each named by its key
     if not repair.enabled:
+        if repair.repair_kl_turns != "all":
+            raise ConfigError("repair_kl_turns: needs repair episodes (repair_max_turns > 1)")
         return
     if repair.repair_check is not None and repair.repair_check not in reward_names:
         raise ConfigError(f"repair_check: {repair.repair_check!r} is not one of the run's rewards {reward_names}")
@@ -160,6 +162,24 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
         raise ConfigError(
             f"repair_branches: {branches} does not divide num_generations {cfg.sampling.num_generations} "
             "(each group's rows share first programs in whole blocks)"
+        )
+    check_kl_turns(cfg)
+
+
+def check_kl_turns(cfg: RLConfig) -> None:
+    """`repair_kl_turns: later` moves GRPO's own KL term (trl's, weighted by beta) off the first turn."""
+    turns = cfg.repair.repair_kl_turns
+    if turns not in ("all", "later"):
+        raise ConfigError(f"repair_kl_turns: {turns!r} is not one of all, later")
+    if turns == "all":
+        return
+    if cfg.algorithm != "grpo":
+        raise ConfigError(
+            f"repair_kl_turns: later is for grpo (its KL is a loss term per token); {cfg.algorithm} has none to move"
+        )
+    if not getattr(cfg.training, "beta", 0.0):
+        raise ConfigError(
+            "repair_kl_turns: later needs a KL term: set beta > 0 (the reference is the policy before RL)"
         )
 
 

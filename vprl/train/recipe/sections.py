@@ -204,6 +204,15 @@ class RepairArgs:
         },
     )
 
+    repair_kl_turns: str = field(
+        default="all",
+        metadata={
+            "help": "all | later: the KL to the reference (beta) on every program token, or only on the programs "
+            "written after feedback, so RL moves the first program freely and keeps the repairs near the "
+            "reference's (grpo, beta > 0)"
+        },
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.repair_feedback, str):
             self.repair_feedback = [p.strip() for p in self.repair_feedback.replace(",", " ").split() if p.strip()]
