@@ -71,3 +71,36 @@ def test_the_lift_curve_is_each_steps_resample_lift_over_every_process_log(tmp_p
     EpisodeLog(episodes_path(tmp_path))([episode(True), episode(True)], step=2)  # no second program: no point
     EpisodeLog(episodes_path(tmp_path))([episode(False, True), episode(False, False)], step=3)
     assert lift_curve(tmp_path) == [(1, 0.0), (3, 0.5)]
+
+
+def test_the_swap_figures_judge_a_repairer_against_its_own_fresh_samples():
+    from bench.repair_swap import fresh_counts, lift_over
+
+    fb = Feedback(("error",), "It failed")
+    right, wrong = {"correctness": 1.0}, {"correctness": 0.0}
+
+    def episode(q: str, first: bool, second: bool | None = None) -> Episode:
+        if second is None:
+            return Episode(q, (Turn("p", "ok", components=right if first else wrong),))
+        return Episode(
+            q, (Turn("p", "ok", components=wrong, feedback=fb), Turn("p", "ok", components=right if second else wrong))
+        )
+
+    # the stronger policy X's first programs on q1: right 3 of 6 (its pairs XX and XY); the repairer Y's: 1 of 4
+    played = {
+        "XX": [episode("q1", True), episode("q1", True), episode("q1", True), episode("q1", False, True)],
+        "YY": [
+            episode("q1", True),
+            episode("q1", False, False),
+            episode("q1", False, False),
+            episode("q1", False, False),
+        ],
+        "XY": [episode("q1", False, True), episode("q1", False, False)],
+    }
+    counts = fresh_counts(played)
+    assert counts["X"] == {"q1": (3, 6)} and counts["Y"] == {"q1": (1, 4)}
+    # Y fixes X's wrong program half the time: 0.25 above its own fresh rate, no better than X resampling
+    assert lift_over("XY", played["XY"], counts) == pytest.approx(0.5 - 0.25)
+    assert lift_over("XX", played["XY"], counts) == pytest.approx(0.5 - 3 / 5)  # X's own wrong sample left out
+    assert lift_over("XZ", played["XY"], counts) is None  # Z wrote no first program here
+    assert lift_over("XX", played["XX"][:3], counts) is None  # no wrong first program went on
