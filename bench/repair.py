@@ -2,8 +2,8 @@
 same budget (steps, questions and samples per step). Prints figures; asserts nothing.
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
-        [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--later_turns greedy]
-        [--threads 2]
+        [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
+        [--later_turns greedy] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), then:
@@ -14,7 +14,9 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
   unit-test reward at weight 0 gives the check; no verdict: the evaluation could not show one);
   `--repeat_cost` charges a second program that is the first again (`repair_repeat_cost`);
   `--branches B` shares each sampled first program among B rows of its group, each writing its own
-  second program (`repair_branches`, turn-level groups);
+  second program (`repair_branches`, turn-level groups); `--guide_weight W` adds, weighted, SFT on
+  each wrong first program followed by a right program of its question from the batch
+  (`repair_guide_weight`);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
   copy of the world whose every answer is a sentinel, withheld at load time; every file of the run
   is searched for the sentinel afterwards.
@@ -133,6 +135,11 @@ def branches(arm: str, args: argparse.Namespace) -> int:
     return 1 if arm == "single" else args.branches
 
 
+def guide_weight(arm: str, args: argparse.Namespace) -> float:
+    """The arm's `repair_guide_weight`: `--guide_weight` for the labelled repair arm (grpo)."""
+    return args.guide_weight if arm == "repair" else 0.0
+
+
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
     import torch
 
@@ -149,6 +156,8 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         rl_args += f" --repair_repeat_cost {repeat_cost(arm, args)}"
     if branches(arm, args) > 1:
         rl_args += f" --repair_branches {branches(arm, args)}"
+    if guide_weight(arm, args):
+        rl_args += f" --repair_guide_weight {guide_weight(arm, args)}"
     if arm == "repair_label_free":
         rl_args += f" --dataset_root {sentinel_world(policy)}"
     started = time.time()
@@ -178,6 +187,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "pass_threshold": args.pass_threshold,
         "repeat_cost": repeat_cost(arm, args),
         "branches": branches(arm, args),
+        "guide_weight": guide_weight(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
         "eval_args": eval_args(args),
@@ -271,6 +281,13 @@ def main(argv: list[str] | None = None) -> dict:
         help="the repair arms' repair_branches: rows of a group sharing one first program (default: 1)",
     )
     parser.add_argument(
+        "--guide_weight",
+        type=float,
+        default=0.0,
+        help="the labelled repair arm's repair_guide_weight: SFT on the batch's wrong first programs followed by a "
+        "right program of their question (default: 0)",
+    )
+    parser.add_argument(
         "--later_turns",
         choices=("greedy", "sampled"),
         default="greedy",
@@ -321,6 +338,7 @@ def main(argv: list[str] | None = None) -> dict:
         and all(r.get(k) == v for k, v in wanted.items())
         and r.get("repeat_cost", 0.0) == repeat_cost(r["arm"], args)  # records from before it: none
         and r.get("branches", 1) == branches(r["arm"], args)
+        and r.get("guide_weight", 0.0) == guide_weight(r["arm"], args)
     ]
     for seed in seeds:
         for arm in arms:

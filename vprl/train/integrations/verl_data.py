@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> Path:
         raise ConfigError("repair_branches: verl's agent loop plays each episode on its own; use 1 with verl")
     if cfg.repair.repair_kl_turns != "all":  # verl's actor computes its own KL over every response token
         raise ConfigError("repair_kl_turns: verl's actor puts its KL on every response token; use all with verl")
+    if cfg.repair.repair_guide_weight:  # verl's actor computes its own loss
+        raise ConfigError("repair_guide_weight: verl's actor has no guide term; use 0 with verl")
     run_dir = Path(cfg.training.output_dir)
     out = run_dir / FOLDER
     out.mkdir(parents=True, exist_ok=True)

@@ -100,6 +100,7 @@ def build_trainer(
     if repair and cfg.algorithm == "rloo":  # RLOO takes no rollout_func: its episodes mixin plays them
         trainer.repair_rollout = repair["rollout_func"]
     trainer.kl_later_turns_only = cfg.repair.repair_kl_turns == "later"  # checked: grpo only
+    trainer.repair_guide_weight = cfg.repair.repair_guide_weight  # checked: grpo only
     if colocated:
         adapt_colocated_engine(trainer)
     trainer.setup_program_training(

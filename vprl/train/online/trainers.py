@@ -39,6 +39,7 @@ from vprl.rewards.groups import zero_variance_groups
 from vprl.rewards.trl_adapter import TrlRewardAdapter
 from vprl.train.online.sampler_logprobs import NOT_SAMPLED, KeptMassProbe, SamplerFilters, check_correctable
 from vprl.train.online.weight_sync import drift_free_sync, unsupported_reason
+from vprl.train.repair.guide import RepairGuideMixin
 from vprl.train.repair.later_kl import LaterTurnsKLMixin
 from vprl.train.repair.rloo import RLOOEpisodesMixin
 
@@ -282,7 +283,7 @@ def zero_variance_rows(rewards_per_func: torch.Tensor, weights: torch.Tensor, gr
     return torch.tensor(zero_variance_groups(totals.tolist(), group), dtype=torch.bool)
 
 
-class ProgramGRPOTrainer(LaterTurnsKLMixin, ProgramTrainerMixin, GRPOTrainer):
+class ProgramGRPOTrainer(LaterTurnsKLMixin, ProgramTrainerMixin, RepairGuideMixin, GRPOTrainer):
     filter_by_mask = True
     completions_at = 3  # (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...)
 

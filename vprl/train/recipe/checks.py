@@ -150,7 +150,13 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
     if not repair.enabled:
         if repair.repair_kl_turns != "all":
             raise ConfigError("repair_kl_turns: needs repair episodes (repair_max_turns > 1)")
+        if repair.repair_guide_weight:
+            raise ConfigError("repair_guide_weight: needs repair episodes (repair_max_turns > 1)")
         return
+    if repair.repair_guide_weight and cfg.algorithm != "grpo":
+        raise ConfigError(
+            f"repair_guide_weight: the guide joins GRPO's loss; {cfg.algorithm} is not supported (use grpo)"
+        )
     if repair.repair_check is not None and repair.repair_check not in reward_names:
         raise ConfigError(f"repair_check: {repair.repair_check!r} is not one of the run's rewards {reward_names}")
     branches = repair.repair_branches

@@ -212,6 +212,13 @@ class RepairArgs:
             "reference's (grpo, beta > 0)"
         },
     )
+    repair_guide_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "weight of an SFT term beside the RL loss: each wrong first program that got feedback, followed by "
+            "a right final program of its question from the same batch (grpo; 0: off)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.repair_feedback, str):
