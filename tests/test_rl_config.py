@@ -202,6 +202,28 @@ def test_resume_needs_the_same_recipe(tmp_path):
     assert not runs.check_resumable(tmp_path / "fresh", {}, resume=False)
 
 
+def test_a_run_from_before_a_key_existed_resumes_with_its_default(tmp_path):
+    runs.write_config(tmp_path, {"learning_rate": 1e-3})  # written before `new_key` was added
+    runs.write_manifest(tmp_path, {"algorithm": "grpo"})
+    config = {"learning_rate": 1e-3, "new_key": 0.0}
+    assert runs.check_resumable(tmp_path, config, resume=True, defaults={"new_key": 0.0})
+    with pytest.raises(runs.RunFolderError, match=r"new_key: None -> 0.5"):  # set away from its default: a change
+        runs.check_resumable(tmp_path, {**config, "new_key": 0.5}, resume=True, defaults={"new_key": 0.0})
+    with pytest.raises(runs.RunFolderError, match=r"new_key: None -> 0.0"):  # no default known: a change
+        runs.check_resumable(tmp_path, config, resume=True)
+
+
+def test_the_recipe_knows_each_keys_default():
+    from vprl.train.recipe.rl_config import parse_rl_config
+
+    cfg = parse_rl_config(["--algorithm", "grpo", "--model_name_or_path", "m", "--output_dir", "o"])
+    defaults, flat = cfg.flat_defaults(), cfg.to_flat()
+    assert defaults["repair_guide_weight"] == 0.0 and defaults["repair_kl_turns"] == "all"
+    assert defaults["beta"] == 0.0  # the recipes' own default over trl's
+    unset = [k for k in ("repair_max_turns", "repair_branches", "num_generations") if flat[k] != defaults[k]]
+    assert not unset
+
+
 def test_checkpoints_ignore_unfinished_saves(tmp_path):
     for n in (2, 10, 4):
         (tmp_path / f"checkpoint-{n}").mkdir()

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> Path:
     run_dir = Path(cfg.training.output_dir)
     flat = cfg.to_flat()
     try:
-        resuming = runs.check_resumable(run_dir, flat, cfg.run.resume)
+        resuming = runs.check_resumable(run_dir, flat, cfg.run.resume, cfg.flat_defaults())
     except runs.RunFolderError as exc:
         raise ConfigError(str(exc)) from None
     checkpoint = runs.last_checkpoint(run_dir) if resuming and cfg.algorithm != "rest" else None

@@ -83,6 +83,18 @@ class RLConfig:
         out.update({k: v for k, v in training.items() if k in init and k not in DERIVED})
         return _plain(out)
 
+    def flat_defaults(self) -> dict[str, Any]:
+        """Each key of `to_flat` that has a default, with it (a run folder written before a key existed
+        ran as its default says)."""
+        out: dict[str, Any] = {}
+        for section in [getattr(self, name) for name in sections_of(self.algorithm)] + [self.training]:
+            for f in dataclasses.fields(section):
+                if f.default is not dataclasses.MISSING:
+                    out[f.name] = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    out[f.name] = f.default_factory()
+        return _plain(out)
+
 
 def _plain(value: Any) -> Any:
     """YAML-safe plain values (tuples to lists, enums already resolved by `to_dict`)."""

@@ -110,10 +110,14 @@ def holds_a_run(run_dir: str | Path) -> bool:
     return (Path(run_dir) / MANIFEST_FILE).is_file()
 
 
-def check_resumable(run_dir: str | Path, config: dict[str, Any], resume: bool) -> bool:
+def check_resumable(
+    run_dir: str | Path, config: dict[str, Any], resume: bool, defaults: dict[str, Any] | None = None
+) -> bool:
     """Whether this start continues an earlier run in `run_dir`. A folder holding a run is resumed
     only with `resume: true` and the same recipe, apart from `RESUME_MAY_CHANGE`; anything else
-    fails with the differing keys, before any work."""
+    fails with the differing keys, before any work. A key the folder's recipe lacks (one added to
+    vprl or trl since the run started) is the same where this recipe leaves it at its default,
+    `defaults[key]`: the run ran without it, and a new key's default keeps the old behaviour."""
     run_dir = Path(run_dir)
     if not holds_a_run(run_dir):
         return False
@@ -123,8 +127,13 @@ def check_resumable(run_dir: str | Path, config: dict[str, Any], resume: bool) -
         )
     old_path = run_dir / CONFIG_FILE
     old = yaml.safe_load(old_path.read_text(encoding="utf-8")) if old_path.is_file() else {}
+    defaults = defaults or {}
     differ = sorted(
-        k for k in set(old) | set(config) if k not in RESUME_MAY_CHANGE and old.get(k, None) != config.get(k)
+        k
+        for k in set(old) | set(config)
+        if k not in RESUME_MAY_CHANGE
+        and old.get(k, None) != config.get(k)
+        and not (k not in old and k in defaults and config.get(k) == defaults[k])
     )
     if differ:
         shown = ", ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in differ[:8])
