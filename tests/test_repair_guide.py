@@ -41,6 +41,23 @@ def test_each_wrong_first_program_is_guided_by_a_right_final_program_of_its_ques
     assert guide_targets(episodes) == [1, None, 1, None, None]
 
 
+def test_a_row_masked_out_whole_neither_is_guided_nor_guides():
+    from vprl.train.repair.guide import guide_batch
+
+    episodes = [_episode("a", False, False), _episode("a", False, True), _episode("a", False, True)]
+    prompt = torch.tensor([[5, 6]] * 3)
+    completion = torch.tensor([[1, 2, 9, 3, 4]] * 3)
+    env = torch.tensor([[1, 1, 0, 1, 1]] * 3)
+    mask = torch.ones_like(completion)
+    mask[1] = 0  # row 1 cut at the length limit and masked by the trainer
+    ids, guide = guide_batch(episodes, prompt, torch.ones_like(prompt), completion, mask, env, pad_id=0)
+    assert guide[1].sum() == 0  # not guided
+    # row 0 is guided by row 2 (row 1, masked, cannot guide): its context, then row 2's final program
+    assert ids[0].tolist() == [5, 6, 1, 2, 9, 3, 4] and guide[0].tolist() == [0, 0, 0, 0, 0, 1, 1]
+    assert guide_targets(episodes) == [1, 2, 1]  # by the episodes alone row 1 would guide
+    assert guide_targets(episodes, [True, False, True]) == [2, None, None]
+
+
 @pytest.fixture(scope="module")
 def guided(tmp_path_factory, assets):
     """One generation batch of the guided recipe where every second program is "right" and a first

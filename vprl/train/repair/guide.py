@@ -22,17 +22,19 @@ import torch
 GUIDE_IDS, GUIDE_MASK = "repair_guide_ids", "repair_guide_mask"
 
 
-def guide_targets(episodes: Sequence[Any]) -> list[int | None]:
+def guide_targets(episodes: Sequence[Any], usable: Sequence[bool] | None = None) -> list[int | None]:
     """Per row: the row whose final program guides it (the first row of its question whose final
     program is right and not its own), or None where its first program was right, got no feedback
-    (one turn), or no row of its question ended right."""
+    (one turn), or no row of its question ended right. Rows not `usable` (masked out whole by the
+    trainer) neither guide nor are guided."""
+    usable = [True] * len(episodes) if usable is None else list(usable)
     right_rows: dict[str, list[int]] = {}
     for i, e in enumerate(episodes):
-        if e.final.right():
+        if e.final.right() and usable[i]:
             right_rows.setdefault(e.example_id, []).append(i)
     out: list[int | None] = []
     for i, e in enumerate(episodes):
-        if len(e.turns) < 2 or e.first.right():
+        if len(e.turns) < 2 or e.first.right() or not usable[i]:
             out.append(None)
             continue
         out.append(next((r for r in right_rows.get(e.example_id, []) if r != i), None))
@@ -53,16 +55,17 @@ def guide_batch(
     tokens only. Rows without a guide are all padding with a zero mask."""
     sequences: list[list[int]] = []
     targets: list[int] = []
-    for i, source in enumerate(guide_targets(episodes)):
-        if source is None:
+    lengths = [int(n) for n in completion_mask.sum(1)]
+    # A row the trainer masked out whole (mask_truncated_completions) neither is guided nor guides.
+    for i, source in enumerate(guide_targets(episodes, [n > 0 for n in lengths])):
+        env = env_mask[i][: lengths[i]].tolist()
+        if source is None or 0 not in env:
             sequences.append([])
             targets.append(0)
             continue
+        m = lengths[source]
         prompt = prompt_ids[i][prompt_mask[i].bool()].tolist()
-        n = int(completion_mask[i].sum())
-        env = env_mask[i][:n].tolist()
         second = _second_turn_start(env)
-        m = int(completion_mask[source].sum())
         final = _last_turn_start(env_mask[source][:m].tolist())
         target = completion_ids[source][final:m].tolist()
         sequences.append(prompt + completion_ids[i][:second].tolist() + target)
