@@ -59,7 +59,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.learning import settings_of, step_seconds  # noqa: E402
-from bench.repair_report import MODES, markdown, plot, summarize  # noqa: E402
+from bench.repair_report import KEPT_BEST, MODES, markdown, plot, summarize  # noqa: E402
 from vprl.train.bootstrap.repair_pairs import REPAIR_FEEDBACK, UNIT_TESTS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,7 +177,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         ]
     )  # fmt: skip
     run_dir = Path(report["run_dir"])
-    labels = {name: _label(report, name, eval_args(args)) for name in MODES}
+    labels = {name: _label(report, name, eval_args(args)) for name in MODES if name not in KEPT_BEST}
     return {
         "seed": seed,
         "arm": arm,

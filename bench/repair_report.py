@@ -10,19 +10,25 @@ import statistics
 from pathlib import Path
 
 from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.rewards.correctness import correctness
 from vprl.train.evaluation.gains import Gain, paired_gain, question_scores, share_of_gain
+from vprl.train.evaluation.repair_mode import chosen_turn
 from vprl.train.evaluation.seen import seen_queries, split_seen
-from vprl.train.repair.episode import resample_lift
+from vprl.train.repair.episode import Episode, Turn, resample_lift
 from vprl.train.repair.log import EpisodeLog, episode_logs
 
 UNSEEN = "shapes:val-unseen"
-MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "repair")
+# `repair_best` is not a mode the evaluation runs: it is the `repair` mode's own episodes with the
+# answer taken from the turn the unit tests score highest (`keep: best`) instead of the last one, the
+# same programs and executions; best of 2 by unit tests chooses with the same judge.
+MODES = ("single", "majority", "unit_test_select", "reprompt_tests", "repair", "repair_best")
+KEPT_BEST = {"repair_best": "repair"}
 
 
 def _executions(predictions: str, labels: dict[str, str]) -> dict[str, dict[str, float]]:
     """Mean program executions per unseen question (`attempts`) per policy and mode."""
     sums: dict[tuple[str, str], list[int]] = {}
-    names = {label: name for name, label in labels.items()}
+    names = {label: name for name, label in labels.items() if name not in KEPT_BEST.values()}
     with open(predictions, encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
@@ -31,13 +37,44 @@ def _executions(predictions: str, labels: dict[str, str]) -> dict[str, dict[str,
     out: dict[str, dict[str, float]] = {}
     for (policy, mode), counts in sums.items():
         out.setdefault(policy, {})[mode] = statistics.mean(counts)
+        for derived, source in KEPT_BEST.items():
+            if mode == source:
+                out[policy][derived] = out[policy][mode]
     return out
 
 
 def unseen_scores(run: dict, eval_world: Path, mode: str, policy: str) -> dict[str, float]:
     tasks = load_shapes_tasks(eval_world, ["val"])
     data = split_seen({"shapes:val": tasks["val"]}, ["shapes:val"], seen_queries(run["seen_from"]))
+    if mode in KEPT_BEST:
+        return best_turn_scores(run["predictions"], data[UNSEEN], policy, run["labels"][KEPT_BEST[mode]])
     return question_scores(run["predictions"], data[UNSEEN], policy, run["labels"][mode], dataset=UNSEEN)
+
+
+def best_turn_scores(predictions: str, examples: list, policy: str, label: str) -> dict[str, float]:
+    """Per unseen question: the correctness of the answer of the turn `keep: best` chooses among a
+    repair mode's recorded turns (the first seed the predictions hold)."""
+    wanted = {e.id: e for e in examples}
+    out: dict[str, float] = {}
+    seed = None
+    with open(predictions, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if row["policy"] != policy or row["mode"] != label or row["dataset"] != UNSEEN:
+                continue
+            seed = row["seed"] if seed is None else seed
+            if row["seed"] != seed or row["example_id"] not in wanted:
+                continue
+            turns = tuple(Turn.from_json(t, f"{predictions}: {row['example_id']}") for t in row["turns"])
+            turn = chosen_turn(Episode(row["example_id"], turns), "best")
+            answer = turn.answer if turn.status == "ok" else None
+            out[row["example_id"]] = correctness(wanted[row["example_id"]], answer) if answer is not None else 0.0
+    missing = [i for i in wanted if i not in out]
+    if missing:
+        raise ValueError(
+            f"{predictions}: no {policy}/{label} episode for {len(missing)} question(s), e.g. {missing[:3]}"
+        )
+    return out
 
 
 def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
@@ -59,6 +96,9 @@ def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
             summary["comparisons"][f"repair run, 2-turn repair − single run, {mode}"] = paired_gain(
                 scores("single", mode), repaired
             ).to_json()
+        summary["comparisons"]["repair run, 2-turn repair kept best by unit tests − single run, unit_test_select"] = (
+            paired_gain(scores("single", "unit_test_select"), scores("repair", "repair_best")).to_json()
+        )
     for arm, rs in by_arm.items():
         if not rs:
             continue

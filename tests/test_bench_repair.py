@@ -104,3 +104,37 @@ def test_the_swap_figures_judge_a_repairer_against_its_own_fresh_samples():
     assert lift_over("XX", played["XY"], counts) == pytest.approx(0.5 - 3 / 5)  # X's own wrong sample left out
     assert lift_over("XZ", played["XY"], counts) is None  # Z wrote no first program here
     assert lift_over("XX", played["XX"][:3], counts) is None  # no wrong first program went on
+
+
+def test_repair_kept_best_answers_from_the_turn_its_unit_tests_score_highest(tmp_path):
+    """The report's `repair_best` row: the repair mode's own episodes, the answer taken from the turn the
+    unit tests score highest (the earliest of equals; a turn that failed to run never), not the last."""
+    from bench.repair_report import UNSEEN, best_turn_scores
+    from vprl.data.records import Example
+
+    def turn(status: str, answer: str | None, tests: float | None) -> dict:
+        return Turn("p", status, answer=answer, components={"unit_tests": tests}).to_json()
+
+    episodes = {
+        "a": [turn("ok", "red", 0.6), turn("ok", "blue", 0.4)],  # the last is wrong, the better-tested right
+        "b": [turn("runtime_error", None, None), turn("ok", "red", 0.2)],  # only the second ran
+        "c": [turn("ok", "blue", 0.6), turn("ok", "red", 0.6)],  # equal scores: the first, wrong
+        "d": [turn("ok", "red", 1.0)],  # passed at once: one turn
+    }
+    rows = [
+        {"policy": "after_rl", "mode": "2-turn repair", "dataset": UNSEEN, "seed": 0, "example_id": q, "turns": t}
+        for q, t in episodes.items()
+    ]
+    rows.append({**rows[0], "policy": "before_rl", "turns": [turn("ok", "blue", 1.0)]})  # another policy
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    examples = [Example(q, "shapes", "vqa", "What color?", "i.png", answers=("red",)) for q in episodes]
+    scores = best_turn_scores(str(predictions), examples, "after_rl", "2-turn repair")
+    assert scores == {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}
+    with pytest.raises(ValueError, match="no after_rl/2-turn repair episode for 1 question"):
+        best_turn_scores(
+            str(predictions),
+            [*examples, Example("e", "shapes", "vqa", "?", "i.png", ("red",))],
+            "after_rl",
+            "2-turn repair",
+        )

@@ -28,7 +28,7 @@ RATIO_TOLERANCE = 1e-4  # float32 engine and trainer: the ratios are 1 up to sum
 # and the query: up to 1.7e-4 seen). A token drawn from another context would differ by 0.1 or more.
 TOKEN_TOLERANCE = 5e-4
 
-# One driver run (about 3 minutes on one core: imports, eight engine starts, the tiny runs) serves
+# One driver run (about 3.5 minutes on one core: imports, nine engine starts, the tiny runs) serves
 # every test here; it runs beside the rest of the suite (tests/background_jobs.py) and these tests last.
 pytestmark = [pytest.mark.timeout(2700), pytest.mark.background("vllm_cpu_engine")]
 
@@ -81,7 +81,7 @@ def test_the_driver_ran_every_path_and_exited_cleanly(record):
     assert record["_returncode"] == 0, record["_log_tail"]
 
 
-@pytest.mark.parametrize("name", ["grpo_lora_top_p", "trl_full", "grpo_repair"])
+@pytest.mark.parametrize("name", ["grpo_lora_top_p", "trl_full", "grpo_repair", "grpo_repair_guided"])
 def test_importance_ratios_are_one_with_the_real_engine(record, name):
     """trl weights each token by exp(trainer log-prob - vLLM log-prob): with an engine that holds the
     trained weights in float32 the weight is 1, for programs that end in EOS, programs cut at a stop
@@ -100,7 +100,7 @@ def test_importance_ratios_are_one_with_the_real_engine(record, name):
             assert step[f"sampling/importance_sampling_ratio/{key}"] == pytest.approx(1.0, abs=bound), step
 
 
-@pytest.mark.parametrize("name", ["grpo_repair", "rloo_repair"])
+@pytest.mark.parametrize("name", ["grpo_repair", "rloo_repair", "grpo_repair_guided"])
 def test_repair_episodes_sample_every_turn_on_the_real_engine(record, name):
     """Repair episodes through the colocated engine (#35), under GRPO (trl's rollout_func) and RLOO
     (played inside its sampling call): every episode holds two sampled turns (the second generated
@@ -112,12 +112,41 @@ def test_repair_episodes_sample_every_turn_on_the_real_engine(record, name):
     assert max(entry["sync_logp_difference"]) < RATIO_TOLERANCE
 
 
+def test_the_guide_reads_the_engines_tokens(record):
+    """`repair_guide_weight` on batches the engine sampled, first programs shared in pairs: each guided
+    row is its own context (prompt, first program, feedback block) then a right final program of its
+    question as the engine sampled it, and those tokens decode to the program the episode judged right;
+    the term reached the loss (its NLL logged) in both steps."""
+    entry = path(record, "grpo_repair_guided")
+    batches = entry["guide_batches"]
+    assert len(batches) == 2, batches
+    assert all(b["guided"] > 0 for b in batches), batches
+    for key in ("context_mismatch", "program_mismatch", "unguided_mask"):
+        assert sum(b[key] for b in batches) == 0, (key, batches)
+    for step in entry["steps"]:
+        assert step["repair/guided_share"] > 0 and 0 < step["repair/guide_nll"] < 50, step
+
+
+def test_the_later_turns_kl_leaves_first_programs_alone_on_the_engines_batches(record):
+    """`repair_kl_turns: later` on the same run (beta 0.04): on every first-turn program token the
+    reference the KL reads is the policy's own log-probability (KL and gradient exactly 0); on later
+    program tokens it is the reference model's, which differs once the adapter has moved (step 2)."""
+    entry = path(record, "grpo_repair_guided")
+    passes = entry["kl_passes"]
+    assert len(passes) >= 2, passes
+    assert all(p["first_tokens"] > 0 and p["later_tokens"] > 0 for p in passes), passes
+    assert max(p["first_max"] for p in passes) == 0.0, passes
+    assert passes[-1]["later_max"] > 0.0, passes
+
+
 def test_the_top_p_run_covers_eos_and_stop_endings(record):
     endings = [e for call in path(record, "grpo_lora_top_p")["endings"] for e in call]
     assert "eos" in endings and "stop" in endings, endings
 
 
-@pytest.mark.parametrize("name", ["grpo_lora_top_p", "rloo_lora", "trl_full", "grpo_repair", "rloo_repair"])
+@pytest.mark.parametrize(
+    "name", ["grpo_lora_top_p", "rloo_lora", "trl_full", "grpo_repair", "rloo_repair", "grpo_repair_guided"]
+)
 def test_the_engine_equals_the_trained_model_after_every_sync(record, name):
     """The CPU adapter's in-place reload (with the tied output layer re-packed) leaves the engine with
     the weights being trained: its log-probabilities are the model's after every sync. RLOO has no

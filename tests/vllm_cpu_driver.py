@@ -88,8 +88,9 @@ def probe_ids(world: Path, policy: Path) -> list[int]:
 
 def step_figures(row: dict) -> dict:
     """What the tests read of a logged step: the sampling figures, the clipped share and the longest
-    completion (which bounds a sequence's importance ratio), the gradient norm."""
-    keep = ("grad_norm", "completions/max_length")
+    completion (which bounds a sequence's importance ratio), the gradient norm; the KL and the repair
+    guide's figures where the run has them."""
+    keep = ("grad_norm", "completions/max_length", "kl", "repair/guided_share", "repair/guide_nll")
     return {k: v for k, v in row.items() if k.startswith(("sampling/", "completions/clipped")) or k in keep}
 
 
@@ -144,6 +145,40 @@ def rl_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int], 
             for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
             if "repair/turns_mean" in row
         ]
+
+
+def guided_repair_path(entry: dict, root: Path, world: Path, policy: Path, ids: list[int]) -> None:
+    """Repair episodes with both extras of #35 at once, first programs shared in pairs: the guide
+    (`repair_guide_weight`) and the KL on later turns only (`repair_kl_turns: later`), the batches'
+    every token sampled by the engine."""
+    from vllm_cpu_repair_probes import GuideProbe, LaterKLProbe, later_turns_right
+
+    guide, kl = GuideProbe(), LaterKLProbe()
+    originals = guide.install(), kl.install()
+    try:
+        with later_turns_right():
+            rl_path(
+                entry,
+                root,
+                world,
+                policy,
+                ids,
+                "grpo_repair_guided",
+                top_p=1.0,
+                vllm_importance_sampling_correction=True,
+                beta=0.04,
+                repair_kl_turns="later",
+                repair_guide_weight=0.2,
+                repair_branches=2,
+                repair_max_turns=2,
+                repair_stop_when="passed",
+                repair_check="correctness",
+                repair_pass_threshold=2.0,
+            )
+    finally:
+        GuideProbe.remove(originals[0])
+        LaterKLProbe.remove(originals[1])
+    entry["guide_batches"], entry["kl_passes"] = guide.batches, kl.passes
 
 
 def stock_trl_full_path(entry: dict, root: Path, policy: Path, ids: list[int]) -> None:
@@ -256,6 +291,7 @@ PATHS = (
     "rloo_lora",
     "grpo_repair",
     "rloo_repair",
+    "grpo_repair_guided",
     "trl_full",
     "rest",
     "evaluation",
@@ -317,6 +353,7 @@ def main(out: Path, only: tuple[str, ...] = PATHS) -> None:
             repair_check="correctness",
             repair_pass_threshold=2.0,
         ),
+        "grpo_repair_guided": lambda e: guided_repair_path(e, out, world, policy, ids),
         "trl_full": lambda e: stock_trl_full_path(e, out, policy, ids),
         "rest": lambda e: rest_path(e, out, world, policy, ids),
         "evaluation": lambda e: evaluation_path(e, out, world, policy, str(out / "grpo_lora_top_p" / "adapter")),

@@ -161,7 +161,9 @@ class _Writer:
         return "it did not pass its checks"
 
 
-def _chosen(episode: Episode, keep: str) -> Turn:
+def chosen_turn(episode: Episode, keep: str) -> Turn:
+    """The turn whose answer the episode gives: the last, or (`best`) the first of those that ran with
+    the highest unit-test score. Only the choice differs: the episodes are the same either way."""
     if keep == "final":
         return episode.final
 
@@ -191,7 +193,7 @@ def run_episodes(ctx: EvalContext, examples: Sequence[Example], cfg: ModeConfig)
     episodes = EpisodeLoop(scorer, plan.repair).run(examples, writer.first(), writer)
     preds = []
     for episode in episodes:
-        turn = _chosen(episode, plan.keep)
+        turn = chosen_turn(episode, plan.keep)
         preds.append(
             Prediction(
                 example_id=episode.example_id,
