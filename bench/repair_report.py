@@ -28,7 +28,7 @@ KEPT_BEST = {"repair_best": "repair"}
 def _executions(predictions: str, labels: dict[str, str]) -> dict[str, dict[str, float]]:
     """Mean program executions per unseen question (`attempts`) per policy and mode."""
     sums: dict[tuple[str, str], list[int]] = {}
-    names = {label: name for name, label in labels.items() if name not in KEPT_BEST.values()}
+    names = {label: name for name, label in labels.items()}
     with open(predictions, encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)

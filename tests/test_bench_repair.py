@@ -130,6 +130,13 @@ def test_repair_kept_best_answers_from_the_turn_its_unit_tests_score_highest(tmp
     predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
     examples = [Example(q, "shapes", "vqa", "What color?", "i.png", answers=("red",)) for q in episodes]
     scores = best_turn_scores(str(predictions), examples, "after_rl", "2-turn repair")
+    # the same episodes: the same executions as the repair mode's
+    from bench.repair_report import _executions
+
+    assert _executions(str(predictions), {"repair": "2-turn repair"})["after_rl"] == {
+        "repair": 1.0,
+        "repair_best": 1.0,
+    }
     assert scores == {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}
     with pytest.raises(ValueError, match="no after_rl/2-turn repair episode for 1 question"):
         best_turn_scores(
