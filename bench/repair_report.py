@@ -8,9 +8,9 @@ import functools
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 from vprl.data.shapes.tasks import load_shapes_tasks
-from vprl.rewards.correctness import correctness
 from vprl.train.evaluation.gains import Gain, paired_gain, question_scores, share_of_gain
 from vprl.train.evaluation.repair_mode import chosen_turn
 from vprl.train.evaluation.seen import seen_queries, split_seen
@@ -54,27 +54,13 @@ def unseen_scores(run: dict, eval_world: Path, mode: str, policy: str) -> dict[s
 def best_turn_scores(predictions: str, examples: list, policy: str, label: str) -> dict[str, float]:
     """Per unseen question: the correctness of the answer of the turn `keep: best` chooses among a
     repair mode's recorded turns (the first seed the predictions hold)."""
-    wanted = {e.id: e for e in examples}
-    out: dict[str, float] = {}
-    seed = None
-    with open(predictions, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            if row["policy"] != policy or row["mode"] != label or row["dataset"] != UNSEEN:
-                continue
-            seed = row["seed"] if seed is None else seed
-            if row["seed"] != seed or row["example_id"] not in wanted:
-                continue
-            turns = tuple(Turn.from_json(t, f"{predictions}: {row['example_id']}") for t in row["turns"])
-            turn = chosen_turn(Episode(row["example_id"], turns), "best")
-            answer = turn.answer if turn.status == "ok" else None
-            out[row["example_id"]] = correctness(wanted[row["example_id"]], answer) if answer is not None else 0.0
-    missing = [i for i in wanted if i not in out]
-    if missing:
-        raise ValueError(
-            f"{predictions}: no {policy}/{label} episode for {len(missing)} question(s), e.g. {missing[:3]}"
-        )
-    return out
+
+    def kept_best(row: dict) -> Any:
+        turns = tuple(Turn.from_json(t, f"{predictions}: {row['example_id']}") for t in row["turns"])
+        turn = chosen_turn(Episode(row["example_id"], turns), "best")
+        return turn.answer if turn.status == "ok" else None
+
+    return question_scores(predictions, examples, policy, label, dataset=UNSEEN, answer_of=kept_best)
 
 
 def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:

@@ -138,7 +138,7 @@ def test_repair_kept_best_answers_from_the_turn_its_unit_tests_score_highest(tmp
         "repair_best": 1.0,
     }
     assert scores == {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}
-    with pytest.raises(ValueError, match="no after_rl/2-turn repair episode for 1 question"):
+    with pytest.raises(ValueError, match="no after_rl/2-turn repair prediction for 1 example"):
         best_turn_scores(
             str(predictions),
             [*examples, Example("e", "shapes", "vqa", "?", "i.png", ("red",))],

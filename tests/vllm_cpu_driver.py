@@ -154,30 +154,25 @@ def guided_repair_path(entry: dict, root: Path, world: Path, policy: Path, ids: 
     from vllm_cpu_repair_probes import GuideProbe, LaterKLProbe, later_turns_right
 
     guide, kl = GuideProbe(), LaterKLProbe()
-    originals = guide.install(), kl.install()
-    try:
-        with later_turns_right():
-            rl_path(
-                entry,
-                root,
-                world,
-                policy,
-                ids,
-                "grpo_repair_guided",
-                top_p=1.0,
-                vllm_importance_sampling_correction=True,
-                beta=0.04,
-                repair_kl_turns="later",
-                repair_guide_weight=0.2,
-                repair_branches=2,
-                repair_max_turns=2,
-                repair_stop_when="passed",
-                repair_check="correctness",
-                repair_pass_threshold=2.0,
-            )
-    finally:
-        GuideProbe.remove(originals[0])
-        LaterKLProbe.remove(originals[1])
+    with guide.installed(), kl.installed(), later_turns_right():
+        rl_path(
+            entry,
+            root,
+            world,
+            policy,
+            ids,
+            "grpo_repair_guided",
+            top_p=1.0,
+            vllm_importance_sampling_correction=True,
+            beta=0.04,
+            repair_kl_turns="later",
+            repair_guide_weight=0.2,
+            repair_branches=2,
+            repair_max_turns=2,
+            repair_stop_when="passed",
+            repair_check="correctness",
+            repair_pass_threshold=2.0,
+        )
     entry["guide_batches"], entry["kl_passes"] = guide.batches, kl.passes
 
 

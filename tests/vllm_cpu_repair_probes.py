@@ -10,27 +10,38 @@ from typing import Any
 
 
 @contextlib.contextmanager
+def _replaced(owner: type, name: str, wrap: Any):
+    """`owner.name` replaced by `wrap(original)` while the block runs."""
+    original = getattr(owner, name)
+    setattr(owner, name, wrap(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextlib.contextmanager
 def later_turns_right():
     """Every later program scored right and a first program by a hash of its text, as
     tests/test_repair_guide.py does: the test policy's programs are seldom right, and a batch without a
     right final program has nothing to guide with. The episodes' own judgement reads these scores."""
     from vprl.train.rollouts.scorer import ProgramScorer
 
-    original = ProgramScorer.score
     turn = {"n": 0}
 
-    def score(self, examples, programs, progress=False):
-        scored = original(self, examples, programs, progress)
-        later = turn["n"] % 2 == 1  # the loop scores each turn's programs in one call, two turns a batch
-        turn["n"] += 1
-        scored.rewards.components["correctness"] = [float(later or zlib.crc32(p.encode()) % 3 == 0) for p in programs]
-        return scored
+    def scoring(original):
+        def score(self, examples, programs, progress=False):
+            scored = original(self, examples, programs, progress)
+            later = turn["n"] % 2 == 1  # the loop scores each turn's programs in one call, two turns a batch
+            turn["n"] += 1
+            right = [float(later or zlib.crc32(p.encode()) % 3 == 0) for p in programs]
+            scored.rewards.components["correctness"] = right
+            return scored
 
-    ProgramScorer.score = score
-    try:
+        return score
+
+    with _replaced(ProgramScorer, "score", scoring):
         yield
-    finally:
-        ProgramScorer.score = original
 
 
 class GuideProbe:
@@ -41,26 +52,19 @@ class GuideProbe:
     def __init__(self):
         self.batches: list[dict[str, int]] = []
 
-    def install(self):
+    def installed(self):
         from vprl.train.repair.guide import RepairGuideMixin
 
-        original = RepairGuideMixin._generate_and_score_completions
-        probe = self
+        def measuring(original):
+            def measured(trainer, inputs):
+                output = original(trainer, inputs)
+                if "repair_guide_ids" in output:
+                    self.batches.append(self.check(output, trainer))
+                return output
 
-        def measured(trainer, inputs):
-            output = original(trainer, inputs)
-            if "repair_guide_ids" in output:
-                probe.batches.append(probe.check(output, trainer))
-            return output
+            return measured
 
-        RepairGuideMixin._generate_and_score_completions = measured
-        return original
-
-    @staticmethod
-    def remove(original):
-        from vprl.train.repair.guide import RepairGuideMixin
-
-        RepairGuideMixin._generate_and_score_completions = original
+        return _replaced(RepairGuideMixin, "_generate_and_score_completions", measuring)
 
     @staticmethod
     def check(output: dict, trainer: Any) -> dict[str, int]:
@@ -106,27 +110,20 @@ class LaterKLProbe:
     def __init__(self):
         self.passes: list[dict[str, float]] = []
 
-    def install(self):
+    def installed(self):
         from vprl.train.repair.later_kl import LaterTurnsKLMixin
 
-        original = LaterTurnsKLMixin._get_per_token_logps_and_entropies
-        probe = self
+        def measuring(original):
+            def measured(trainer, *args, **kwargs):
+                batch = trainer._kl_batch  # the mixin's copy of the batch, before the pass consumes it
+                out = original(trainer, *args, **kwargs)
+                if batch is not None:
+                    self.passes.append(self.gaps(batch, out[0]))
+                return out
 
-        def measured(trainer, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-            batch = trainer._kl_batch
-            out = original(trainer, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-            if batch is not None:
-                probe.passes.append(probe.gaps(batch, out[0]))
-            return out
+            return measured
 
-        LaterTurnsKLMixin._get_per_token_logps_and_entropies = measured
-        return original
-
-    @staticmethod
-    def remove(original):
-        from vprl.train.repair.later_kl import LaterTurnsKLMixin
-
-        LaterTurnsKLMixin._get_per_token_logps_and_entropies = original
+        return _replaced(LaterTurnsKLMixin, "_get_per_token_logps_and_entropies", measuring)
 
     @staticmethod
     def gaps(batch: dict, logps: Any) -> dict[str, float]:

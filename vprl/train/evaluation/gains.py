@@ -10,9 +10,10 @@ seeds of the mean difference. With one seed it is the paired bootstrap over ques
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,11 +49,13 @@ def question_scores(
     mode: str = "single",
     dataset: str | None = None,
     use_fallback: bool = False,
+    answer_of: Callable[[dict[str, Any]], Any] | None = None,
 ) -> dict[str, float]:
     """Per-question correctness of one policy's answers in an evaluation's `predictions.jsonl`
-    (the first seed it holds), for `examples` (of one VQA-style dataset)."""
+    (the first seed it holds), for `examples` (of one VQA-style dataset). `answer_of` reads a
+    prediction row's answer another way (default: the prediction's final answer)."""
     wanted = {e.id: e for e in examples}
-    answers: dict[str, Prediction] = {}
+    rows: dict[str, dict[str, Any]] = {}
     seed = None
     with open(predictions, encoding="utf-8") as f:
         for line in f:
@@ -63,15 +66,20 @@ def question_scores(
                 continue
             seed = row["seed"] if seed is None else seed
             if row["seed"] == seed:
-                answers[row["example_id"]] = Prediction(**{k: row[k] for k in PREDICTION_FIELDS})
-    missing = [i for i in wanted if i not in answers]
+                rows[row["example_id"]] = row
+    missing = [i for i in wanted if i not in rows]
     if missing:
         raise ValueError(
             f"{predictions}: no {policy}/{mode} prediction for {len(missing)} example(s), e.g. {missing[:3]}"
         )
+    if answer_of is None:
+
+        def answer_of(row: dict[str, Any]) -> Any:
+            return Prediction(**{k: row[k] for k in PREDICTION_FIELDS}).final_answer(use_fallback)
+
     out = {}
     for i, example in wanted.items():
-        answer = answers[i].final_answer(use_fallback)
+        answer = answer_of(rows[i])
         out[i] = correctness(example, answer) if answer is not None else 0.0
     return out
 
