@@ -17,7 +17,8 @@ second programs by Y.
 Figures per pair, over seeds: `resample_lift` (how much more often Y's second program fixes X's wrong
 first program than a fresh first program of X is right, as training logs it), `lift_over_writer`
 (the same against a fresh first program of Y, Y's first programs in the pairs it starts), the repair
-rate, and the first programs' accuracy. Every episode goes to `<out>/swap/<part>_seed<S>.jsonl`. Reading: RB's lift over its writer high and RR's about 0 says R forgot how to use
+rate, and the first programs' accuracy; the lift over the writer also apart for the wrong first
+programs that ran (`_ran`: the unit tests' feedback) and those that raised (`_error`). Every episode goes to `<out>/swap/<part>_seed<S>.jsonl`. Reading: RB's lift over its writer high and RR's about 0 says R forgot how to use
 feedback (a KL to B on the later turns, or keeping B as the repairer, would help); RB's about 0 too
 says the mistakes R still makes are not ones B's feedback reading fixes (RL moved the fixable ones
 into the first program).
@@ -97,12 +98,16 @@ def fresh_counts(played: dict[str, list]) -> dict[str, dict[str, tuple[int, int]
     return {k: {q: (sum(v), len(v)) for q, v in by_q.items()} for k, by_q in counts.items()}
 
 
-def lift_over(pair: str, episodes: list, counts: dict[str, dict[str, tuple[int, int]]]) -> float | None:
+def lift_over(
+    pair: str, episodes: list, counts: dict[str, dict[str, tuple[int, int]]], ran: bool | None = None
+) -> float | None:
     """How much more often the second program fixes a wrong first program than a fresh first program
     *of the second program's writer* is right on that question: resample_lift with the writer's own
     accuracy as the bar, so a weaker writer repairing a stronger policy's mistakes is not counted
     against its reading. Where the writer wrote the first program too, that (wrong) sample is left
-    out of the bar, as in resample_lift. None where the writer started no pair here."""
+    out of the bar, as in resample_lift. `ran`: only the wrong first programs that ran (and failed
+    their unit tests: feedback from the tests and the trace) or only those that did not (an error and
+    the trace). None where the writer started no pair here, or no such episode went on."""
     writer = counts.get(pair[1])
     if writer is None:
         return None
@@ -110,6 +115,8 @@ def lift_over(pair: str, episodes: list, counts: dict[str, dict[str, tuple[int, 
     lifts = []
     for e in episodes:
         if len(e.turns) < 2 or e.first.right() or e.example_id not in writer:
+            continue
+        if ran is not None and (e.first.status == "ok") != ran:
             continue
         right, n = writer[e.example_id]
         if own and n < 2:
@@ -193,6 +200,8 @@ def figures_of(played: dict[str, list], seed: int) -> dict[str, dict[str, float 
         figures[pair] = {
             "resample_lift": resample_lift(episodes),
             "lift_over_writer": lift_over(pair, episodes, counts),
+            "lift_over_writer_ran": lift_over(pair, episodes, counts, ran=True),
+            "lift_over_writer_error": lift_over(pair, episodes, counts, ran=False),
             "repair_rate": stats.get("repair/repair_rate"),
             "first_right": stats["repair/first_right"],
             "final_right": stats["repair/final_right"],
@@ -244,7 +253,8 @@ def main(argv: list[str] | None = None) -> dict:
     for pair in pairs:
         cells, summary["mean"][pair] = [], {}
         for key in keys:
-            values = [f[pair][key] for f in by_seed.values() if f[pair][key] is not None]
+            # .get: a figure added since an older call's json was written
+            values = [f[pair][key] for f in by_seed.values() if f[pair].get(key) is not None]
             mean = statistics.mean(values) if values else None
             summary["mean"][pair][key] = mean
             cells.append(f"{mean:+.3f} [{min(values):+.3f}, {max(values):+.3f}]" if values else "n/a")

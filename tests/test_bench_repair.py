@@ -104,6 +104,14 @@ def test_the_swap_figures_judge_a_repairer_against_its_own_fresh_samples():
     assert lift_over("XX", played["XY"], counts) == pytest.approx(0.5 - 3 / 5)  # X's own wrong sample left out
     assert lift_over("XZ", played["XY"], counts) is None  # Z wrote no first program here
     assert lift_over("XX", played["XX"][:3], counts) is None  # no wrong first program went on
+    # apart by what the wrong first program did: all of XY's ran (and failed their tests)
+    assert lift_over("XY", played["XY"], counts, ran=True) == pytest.approx(0.25)
+    assert lift_over("XY", played["XY"], counts, ran=False) is None
+    crashed = Episode(
+        "q1", (Turn("p", "runtime_error", components=wrong, feedback=fb), Turn("p", "ok", components=right))
+    )
+    assert lift_over("XY", [*played["XY"], crashed], counts, ran=False) == pytest.approx(1 - 0.25)
+    assert lift_over("XY", [*played["XY"], crashed], counts, ran=True) == pytest.approx(0.25)
 
 
 def test_repair_kept_best_answers_from_the_turn_its_unit_tests_score_highest(tmp_path):
