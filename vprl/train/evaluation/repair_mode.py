@@ -162,8 +162,9 @@ class _Writer:
 
 
 def chosen_turn(episode: Episode, keep: str) -> Turn:
-    """The turn whose answer the episode gives: the last, or (`best`) the first of those that ran with
-    the highest unit-test score. Only the choice differs: the episodes are the same either way."""
+    """The turn whose answer the episode gives: the last, or (`best`) the one with the highest
+    unit-test score among those that ran, the earliest of equals. Only the choice differs: the
+    episodes are the same either way."""
     if keep == "final":
         return episode.final
 
