@@ -3,6 +3,7 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
         [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
+        [--turn_advantage 0]
         [--later_turns greedy] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
@@ -16,7 +17,8 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
   `--branches B` shares each sampled first program among B rows of its group, each writing its own
   second program (`repair_branches`, turn-level groups); `--guide_weight W` adds, weighted, SFT on
   each wrong first program followed by a right program of its question from the batch
-  (`repair_guide_weight`);
+  (`repair_guide_weight`); `--turn_advantage W` adds, on the second programs' tokens, W times their
+  contrast within their block (`repair_turn_advantage`, GiGPO's step-level groups; with `--branches`);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
   copy of the world whose every answer is a sentinel, withheld at load time; every file of the run
   is searched for the sentinel afterwards.
@@ -140,6 +142,11 @@ def guide_weight(arm: str, args: argparse.Namespace) -> float:
     return args.guide_weight if arm == "repair" else 0.0
 
 
+def turn_advantage(arm: str, args: argparse.Namespace) -> float:
+    """The arm's `repair_turn_advantage`: `--turn_advantage` for the repair arms (grpo, branched)."""
+    return 0.0 if arm == "single" else args.turn_advantage
+
+
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
     import torch
 
@@ -158,6 +165,8 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         rl_args += f" --repair_branches {branches(arm, args)}"
     if guide_weight(arm, args):
         rl_args += f" --repair_guide_weight {guide_weight(arm, args)}"
+    if turn_advantage(arm, args):
+        rl_args += f" --repair_turn_advantage {turn_advantage(arm, args)}"
     if arm == "repair_label_free":
         rl_args += f" --dataset_root {sentinel_world(policy)}"
     started = time.time()
@@ -188,6 +197,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "repeat_cost": repeat_cost(arm, args),
         "branches": branches(arm, args),
         "guide_weight": guide_weight(arm, args),
+        "turn_advantage": turn_advantage(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
         "eval_args": eval_args(args),
@@ -288,6 +298,13 @@ def main(argv: list[str] | None = None) -> dict:
         "right program of their question (default: 0)",
     )
     parser.add_argument(
+        "--turn_advantage",
+        type=float,
+        default=0.0,
+        help="the repair arms' repair_turn_advantage: weight of the second programs' contrast within their block "
+        "(needs --branches 2 or more; default: 0)",
+    )
+    parser.add_argument(
         "--later_turns",
         choices=("greedy", "sampled"),
         default="greedy",
@@ -339,6 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
         and r.get("repeat_cost", 0.0) == repeat_cost(r["arm"], args)  # records from before it: none
         and r.get("branches", 1) == branches(r["arm"], args)
         and r.get("guide_weight", 0.0) == guide_weight(r["arm"], args)
+        and r.get("turn_advantage", 0.0) == turn_advantage(r["arm"], args)
     ]
     for seed in seeds:
         for arm in arms:

@@ -152,6 +152,8 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
             raise ConfigError("repair_kl_turns: needs repair episodes (repair_max_turns > 1)")
         if repair.repair_guide_weight:
             raise ConfigError("repair_guide_weight: needs repair episodes (repair_max_turns > 1)")
+        if repair.repair_turn_advantage:
+            raise ConfigError("repair_turn_advantage: needs repair episodes (repair_max_turns > 1)")
         return
     if repair.repair_guide_weight and cfg.algorithm != "grpo":
         raise ConfigError(
@@ -170,6 +172,24 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
             "(each group's rows share first programs in whole blocks)"
         )
     check_kl_turns(cfg)
+    check_turn_advantage(cfg)
+
+
+def check_turn_advantage(cfg: RLConfig) -> None:
+    """`repair_turn_advantage` adds the later programs' contrast within a block of rows that share a
+    first program (vprl.train.repair.turn_advantage): GRPO's per-token loss, branched episodes."""
+    if not cfg.repair.repair_turn_advantage:  # a negative one is refused when the recipe is parsed
+        return
+    if cfg.algorithm != "grpo":
+        raise ConfigError(
+            f"repair_turn_advantage: for grpo (its loss takes an advantage per token); {cfg.algorithm} takes one "
+            "per sequence"
+        )
+    if cfg.repair.repair_branches < 2:
+        raise ConfigError(
+            "repair_turn_advantage: needs repair_branches of 2 or more (the rows sharing a first program are the "
+            "later programs' group); with 1 it adds nothing"
+        )
 
 
 def check_kl_turns(cfg: RLConfig) -> None:

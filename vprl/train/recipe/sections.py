@@ -219,6 +219,14 @@ class RepairArgs:
             "a right final program of its question from the same batch (grpo; 0: off)"
         },
     )
+    repair_turn_advantage: float = field(
+        default=0.0,
+        metadata={
+            "help": "weight of the later programs' own advantage (a row's less its block's mean: the rows sharing "
+            "a first program), added on their tokens to the episode's (GiGPO's step-level groups; grpo, "
+            "repair_branches > 1; 0: off)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.repair_feedback, str):

@@ -65,6 +65,7 @@ class RepairRollout:
         self.id_column = id_column
         self.on_episodes = on_episodes
         self.last_episodes: list[Episode] = []
+        self.last_sources: list[int] = []  # per row of the latest batch, the row whose first program it continues
         # The latest batches' episodes by (example, final program): a callback that sees a step's
         # rows after the next batch was sampled still finds them.
         self._recent: deque[dict[tuple[str, str], Episode]] = deque(maxlen=3)
@@ -82,6 +83,7 @@ class RepairRollout:
         training = trainer.model.training
         n = trainer.num_generations if training else trainer.num_generations_eval
         source = branch_sources([row[self.id_column] for row in inputs], self.branches)
+        self.last_sources = source
         leaders = sorted(set(source))
         drawn, drawn_lps = _as_lists(
             *trainer._generate_single_turn([prompt_ids[i] for i in leaders], None, {}, max(1, n // self.branches))
