@@ -85,6 +85,12 @@ def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
         summary["comparisons"]["repair run, 2-turn repair kept best by unit tests − single run, unit_test_select"] = (
             paired_gain(scores("single", "unit_test_select"), scores("repair", "repair_best")).to_json()
         )
+    if by_arm["single"]:
+        # The single run's policy in the repair mode, its second turn never trained by RL (the bootstrap's
+        # repair examples alone): what trained repair has to beat besides best of 2.
+        summary["comparisons"]["single run, 2-turn repair kept best by unit tests − single run, unit_test_select"] = (
+            paired_gain(scores("single", "unit_test_select"), scores("single", "repair_best")).to_json()
+        )
     if by_arm["repair_label_free"] and by_arm["single"]:
         for mode, name in (("repair", "2-turn repair"), ("repair_best", "2-turn repair kept best by unit tests")):
             summary["comparisons"][f"label-free repair run, {name} − single run, unit_test_select"] = paired_gain(
