@@ -41,13 +41,10 @@ def turn_advantages(
     if len(sources) != rows or tool_mask.size(0) != rows:
         raise ValueError(f"{rows} advantages, {len(sources)} block sources and {tool_mask.size(0)} mask rows")
     block = torch.as_tensor(list(sources), device=advantages.device)
-    sums = torch.zeros(rows, dtype=advantages.dtype, device=advantages.device).index_add_(0, block, advantages)
-    sizes = torch.zeros(rows, dtype=advantages.dtype, device=advantages.device).index_add_(
-        0, block, torch.ones_like(advantages)
-    )
-    own = advantages - sums[block] / sizes[block]
-    later = ~first_turn_mask(tool_mask).to(advantages.device)
-    return advantages.unsqueeze(1) + weight * own.unsqueeze(1) * later.to(advantages.dtype)
+    sums = torch.zeros_like(advantages).index_add_(0, block, advantages)
+    own = advantages - sums[block] / torch.bincount(block, minlength=rows)[block]
+    later = ~first_turn_mask(tool_mask)
+    return advantages.unsqueeze(1) + weight * own.unsqueeze(1) * later
 
 
 class TurnAdvantageMixin:
