@@ -3,7 +3,7 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
         [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
-        [--turn_advantage 0]
+        [--turn_advantage 0] [--first_credit episode]
         [--later_turns greedy] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
@@ -19,6 +19,8 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
   each wrong first program followed by a right program of its question from the batch
   (`repair_guide_weight`); `--turn_advantage W` adds, on the second programs' tokens, W times their
   contrast within their block (`repair_turn_advantage`, GiGPO's step-level groups; with `--branches`);
+  `--first_credit own` trains the first program on its own reward, as the single run does, and
+  leaves the episode's reward to the later programs (`repair_first_credit`; `both`: the two summed);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
   copy of the world whose every answer is a sentinel, withheld at load time; every file of the run
   is searched for the sentinel afterwards.
@@ -147,6 +149,11 @@ def turn_advantage(arm: str, args: argparse.Namespace) -> float:
     return 0.0 if arm == "single" else args.turn_advantage
 
 
+def first_credit(arm: str, args: argparse.Namespace) -> str:
+    """The arm's `repair_first_credit`: `--first_credit` for the repair arms (grpo)."""
+    return "episode" if arm == "single" else args.first_credit
+
+
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
     import torch
 
@@ -167,6 +174,8 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         rl_args += f" --repair_guide_weight {guide_weight(arm, args)}"
     if turn_advantage(arm, args):
         rl_args += f" --repair_turn_advantage {turn_advantage(arm, args)}"
+    if first_credit(arm, args) != "episode":
+        rl_args += f" --repair_first_credit {first_credit(arm, args)}"
     if arm == "repair_label_free":
         rl_args += f" --dataset_root {sentinel_world(policy)}"
     started = time.time()
@@ -198,6 +207,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "branches": branches(arm, args),
         "guide_weight": guide_weight(arm, args),
         "turn_advantage": turn_advantage(arm, args),
+        "first_credit": first_credit(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
         "eval_args": eval_args(args),
@@ -305,6 +315,12 @@ def main(argv: list[str] | None = None) -> dict:
         "(needs --branches 2 or more; default: 0)",
     )
     parser.add_argument(
+        "--first_credit",
+        choices=("episode", "own", "both"),
+        default="episode",
+        help="the repair arms' repair_first_credit: what the first program's tokens carry (default: episode)",
+    )
+    parser.add_argument(
         "--later_turns",
         choices=("greedy", "sampled"),
         default="greedy",
@@ -357,6 +373,7 @@ def main(argv: list[str] | None = None) -> dict:
         and r.get("branches", 1) == branches(r["arm"], args)
         and r.get("guide_weight", 0.0) == guide_weight(r["arm"], args)
         and r.get("turn_advantage", 0.0) == turn_advantage(r["arm"], args)
+        and r.get("first_credit", "episode") == first_credit(r["arm"], args)
     ]
     for seed in seeds:
         for arm in arms:

@@ -1,17 +1,21 @@
-"""The later programs' own advantage (`repair_turn_advantage`, #35), checked on what the trainer
-receives and on the loss's gradient: first-turn tokens keep the episode's group-relative advantage,
-later program tokens get it plus the weight times the row's contrast within its block (the rows
-sharing a first program), feedback tokens get no gradient, and each token's gradient scales with
-its own advantage."""
+"""Turn-level advantages (#35), checked on what the trainer receives and on the loss's gradient.
+
+The later programs' own advantage (`repair_turn_advantage`): first-turn tokens keep the episode's
+group-relative advantage, later program tokens get it plus the weight times the row's contrast within
+its block (the rows sharing a first program). The first program's own credit (`repair_first_credit`):
+its tokens get the group-relative advantage of its own reward (`own`), or that plus the episode's
+(`both`), the later ones the episode's. Feedback tokens get no gradient, and each token's gradient
+scales with its own advantage."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from repair_trainer import _episode_layout, _final_norm_grads, _recipe, assets, scored_batch
+from trl.trainer.utils import nanstd
 
 from vprl.train.recipe.parsing import ConfigError
-from vprl.train.repair.turn_advantage import turn_advantages
+from vprl.train.repair.turn_advantage import group_advantages, turn_advantages
 
 __all__ = ["assets"]  # the module fixture
 
@@ -33,6 +37,106 @@ def test_turn_advantages_add_the_blocks_contrast_on_later_tokens_only():
     ]
     with pytest.raises(ValueError, match="5 advantages, 4 block sources"):
         turn_advantages(advantages, sources[:4], tool_mask, WEIGHT)
+
+
+def test_first_turn_tokens_take_the_first_credit_where_given():
+    advantages = torch.tensor([1.0, -1.0, 0.5])
+    first = torch.tensor([-2.0, 3.0, 0.25])
+    tool_mask = torch.tensor([[1, 0, 1, 1], [1, 1, 0, 1], [1, 1, 1, 1]])
+    got = turn_advantages(advantages, [0, 0, 2], tool_mask, 0.0, first)
+    assert got.tolist() == [[-2.0, 1.0, 1.0, 1.0], [3.0, 3.0, -1.0, -1.0], [0.25, 0.25, 0.25, 0.25]]
+    both = turn_advantages(advantages, [0, 0, 2], tool_mask, WEIGHT, first)
+    assert both[0].tolist() == [-2.0, 1.0 + WEIGHT, 1.0 + WEIGHT, 1.0 + WEIGHT]  # block mean 0
+    with pytest.raises(ValueError, match="3 advantages and \\(2,\\) first-turn"):
+        turn_advantages(advantages, [0, 0, 2], tool_mask, 0.0, first[:2])
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_group_advantages_are_trls(scale):
+    """The same numbers as trl 1.16's own advantage of summed rewards (written out here as its
+    `_generate_and_score_completions` computes it), a reward never judged (NaN) left out and given 0."""
+    rewards = torch.tensor([0.0, 1.0, 1.0, float("nan"), 0.2, 0.2, 0.2, 0.9])
+    grouped = rewards.view(-1, 4)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(4)
+    std = {"group": nanstd(grouped, dim=1).repeat_interleave(4), "batch": nanstd(rewards).expand(8)}.get(scale)
+    want = rewards - mean if std is None else (rewards - mean) / (std + 1e-4)
+    got = group_advantages(rewards, 4, scale)
+    assert torch.allclose(got, torch.nan_to_num(want, nan=0.0))
+    assert got[3] == 0 and got[4] != 0
+
+
+def _spread_turns(totals: dict[str, float]):
+    """`ProgramScorer.score` (the episode loop's path) with each program's total drawn from its text,
+    as `_spread_totals` does for trl's reward functions: the first programs' own rewards differ."""
+    import zlib
+
+    from vprl.train.rollouts.scorer import ProgramScorer
+
+    original = ProgramScorer.score
+
+    def score(self, examples, programs, progress=False):
+        scored = original(self, examples, programs, progress)
+        spread = [zlib.crc32(b"turn" + p.encode()) % 89 / 89 for p in programs]
+        totals.update(zip(programs, spread, strict=True))
+        scored.rewards.totals[:] = spread
+        return scored
+
+    return score
+
+
+@pytest.fixture(scope="module", params=["own", "both"])
+def credited(request, tmp_path_factory, assets):
+    from vprl.train.rollouts.scorer import ProgramScorer
+
+    firsts: dict[str, float] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ProgramScorer, "score", _spread_turns(firsts))
+        for built, output, episodes, totals in scored_batch(
+            tmp_path_factory.mktemp(f"first_credit_{request.param}"), assets, repair_first_credit=request.param
+        ):
+            yield request.param, built, output, episodes, totals, firsts
+
+
+def test_the_trainer_receives_the_first_programs_own_credit(credited):
+    credit, built, output, episodes, totals, firsts = credited
+    assert built.trainer.repair_first_credit == credit
+    group = built.trainer.num_generations
+
+    def relative(values: list[float]) -> torch.Tensor:
+        grouped = torch.tensor(values, dtype=torch.float32).view(-1, group)
+        return ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).flatten()
+
+    episode = relative([totals[e.final.program] for e in episodes])
+    own = relative([firsts[e.first.program] for e in episodes])
+    assert own.abs().sum() > 0 and not torch.allclose(own, episode, atol=1e-3), "nothing to tell apart"
+    first_credit = own if credit == "own" else own + episode
+    advantages = output["advantages"]
+    for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
+        env = torch.tensor(env)
+        first = torch.cumsum(1 - env, 0) == 0
+        assert (~first).any(), "every episode of this recipe has two turns"
+        got = advantages[row, : len(env)]
+        assert torch.allclose(got[first], first_credit[row].expand(int(first.sum())), atol=1e-4)
+        assert torch.allclose(got[~first], episode[row].expand(int((~first).sum())), atol=1e-4)
+
+
+def test_each_tokens_gradient_scales_with_its_first_credit(credited):
+    _, built, output, _, _, _ = credited
+    _assert_gradients_follow(built, output)
+
+
+def _assert_gradients_follow(built, output) -> None:
+    """The loss's gradient at each program token is its gradient under an advantage of 1, times its
+    own advantage (at importance ratio 1 the loss is linear in the advantage); feedback tokens get none."""
+    ones = dict(output, advantages=torch.ones_like(output["advantages"][:, 0]))
+    with_turns, unit = _final_norm_grads(built, output), _final_norm_grads(built, ones)
+    for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
+        env = torch.tensor(env)
+        got, plain = with_turns[row, : len(env)], unit[row, : len(env)]
+        assert torch.all(got[env == 0] == 0), "a feedback token's logits got a gradient"
+        program = env == 1
+        scale = output["advantages"][row, : len(env)].abs()
+        assert torch.allclose(got[program], plain[program] * scale[program], rtol=1e-4, atol=1e-9)
 
 
 @pytest.fixture(scope="module")
@@ -73,21 +177,9 @@ def test_the_trainer_receives_the_turns_own_advantages(turned):
 
 def test_each_tokens_gradient_scales_with_its_own_advantage(turned):
     built, output, _, _ = turned
-    per_row = dict(output, advantages=output["advantages"][:, 0].clone())  # the first token: the episode's own
-    with_turns, without = _final_norm_grads(built, output), _final_norm_grads(built, per_row)
-    checked = 0
-    for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
-        a_row = float(per_row["advantages"][row])
-        if abs(a_row) < 1e-3:
-            continue
-        env = torch.tensor(env)
-        got, plain = with_turns[row, : len(env)], without[row, : len(env)]
-        assert torch.all(got[env == 0] == 0), "a feedback token's logits got a gradient"
-        scale = output["advantages"][row, : len(env)].abs() / abs(a_row)
-        program = env == 1
-        assert torch.allclose(got[program], plain[program] * scale[program], rtol=1e-4, atol=1e-9)
-        checked += int((scale[program] != 1).any())
-    assert checked, "no row's later tokens got an advantage of their own"
+    advantages = output["advantages"]
+    assert (advantages != advantages[:, :1]).any(), "no row's later tokens got an advantage of their own"
+    _assert_gradients_follow(built, output)
 
 
 @pytest.mark.parametrize(
@@ -97,11 +189,16 @@ def test_each_tokens_gradient_scales_with_its_own_advantage(turned):
         ({"repair_turn_advantage": 1.0}, "needs repair_branches of 2 or more"),
         ({"repair_turn_advantage": 1.0, "repair_branches": 2, "algorithm": "rloo"}, "for grpo"),
         ({"repair_turn_advantage": 1.0, "repair_max_turns": 1}, "needs repair episodes"),
+        ({"repair_first_credit": "last"}, "'last' is not one of episode, own, both"),
+        ({"repair_first_credit": "own", "algorithm": "rloo"}, "own is for grpo"),
+        ({"repair_first_credit": "both", "repair_max_turns": 1}, "needs repair episodes"),
+        ({"repair_first_credit": "own", "filter_zero_variance": True}, "set filter_zero_variance: false"),
     ],
 )
 def test_bad_turn_advantages_are_refused_naming_the_key(tmp_path, assets, values, message):
     from vprl.train.recipe.checks import validate
     from vprl.train.recipe.rl_config import parse_rl_config
 
-    with pytest.raises(ConfigError, match=f"repair_turn_advantage: .*{message}"):
+    key = next(k for k in values if k in ("repair_turn_advantage", "repair_first_credit"))
+    with pytest.raises(ConfigError, match=f"{key}: .*{message}"):
         validate(parse_rl_config(["--config", str(_recipe(tmp_path, assets, **values))]))

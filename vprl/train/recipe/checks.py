@@ -29,6 +29,7 @@ from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.prompt_length import longest_prompts
 from vprl.train.recipe.rl_config import RLConfig
 from vprl.train.recipe.sections import DataArgs, ExecutorArgs
+from vprl.train.repair.turns import FIRST_CREDITS
 
 
 @dataclass
@@ -154,6 +155,8 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
             raise ConfigError("repair_guide_weight: needs repair episodes (repair_max_turns > 1)")
         if repair.repair_turn_advantage:
             raise ConfigError("repair_turn_advantage: needs repair episodes (repair_max_turns > 1)")
+        if repair.repair_first_credit != "episode":
+            raise ConfigError("repair_first_credit: needs repair episodes (repair_max_turns > 1)")
         return
     if repair.repair_guide_weight and cfg.algorithm != "grpo":
         raise ConfigError(
@@ -173,6 +176,7 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
         )
     check_kl_turns(cfg)
     check_turn_advantage(cfg)
+    check_first_credit(cfg)
 
 
 def check_turn_advantage(cfg: RLConfig) -> None:
@@ -189,6 +193,26 @@ def check_turn_advantage(cfg: RLConfig) -> None:
         raise ConfigError(
             "repair_turn_advantage: needs repair_branches of 2 or more (the rows sharing a first program are the "
             "later programs' group); with 1 it adds nothing"
+        )
+
+
+def check_first_credit(cfg: RLConfig) -> None:
+    """`repair_first_credit` gives the first program's tokens an advantage of their own
+    (vprl.train.repair.turn_advantage): GRPO's per-token loss, over every group's rows."""
+    credit = cfg.repair.repair_first_credit
+    if credit not in FIRST_CREDITS:
+        raise ConfigError(f"repair_first_credit: {credit!r} is not one of {', '.join(FIRST_CREDITS)}")
+    if credit == "episode":
+        return
+    if cfg.algorithm != "grpo":
+        raise ConfigError(
+            f"repair_first_credit: {credit} is for grpo (its loss takes an advantage per token); {cfg.algorithm} "
+            "takes one per sequence"
+        )
+    if cfg.rewards.filter_zero_variance:
+        raise ConfigError(
+            f"repair_first_credit: {credit} with filter_zero_variance would drop groups whose final programs "
+            "scored alike while their first programs did not; set filter_zero_variance: false"
         )
 
 

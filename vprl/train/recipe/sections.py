@@ -228,6 +228,15 @@ class RepairArgs:
         },
     )
 
+    repair_first_credit: str = field(
+        default="episode",
+        metadata={
+            "help": "episode | own | both: what the first program's tokens carry: the episode's advantage, the "
+            "group-relative advantage of the first program's own reward (trained as a one-turn run trains it), "
+            "or their sum (MT-GRPO's turn-level credit); grpo"
+        },
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.repair_feedback, str):
             self.repair_feedback = [p.strip() for p in self.repair_feedback.replace(",", " ").split() if p.strip()]

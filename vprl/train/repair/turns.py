@@ -21,6 +21,8 @@ from vprl.train.repair.episode import Episode, Turn
 from vprl.train.rollouts.scorer import ProgramScorer, ScoredBatch
 
 NextPrograms = Callable[[list[int], list[Feedback]], Sequence[str | None]]
+# What a repair episode's first-program tokens carry (`repair_first_credit`; vprl.train.repair.turn_advantage).
+FIRST_CREDITS = ("episode", "own", "both")
 
 
 @dataclass(frozen=True)
