@@ -184,15 +184,20 @@ def check_turn_advantage(cfg: RLConfig) -> None:
     first program (vprl.train.repair.turn_advantage): GRPO's per-token loss, branched episodes."""
     if not cfg.repair.repair_turn_advantage:  # a negative one is refused when the recipe is parsed
         return
-    if cfg.algorithm != "grpo":
-        raise ConfigError(
-            f"repair_turn_advantage: for grpo (its loss takes an advantage per token); {cfg.algorithm} takes one "
-            "per sequence"
-        )
+    _per_token_loss("repair_turn_advantage: it", cfg)
     if cfg.repair.repair_branches < 2:
         raise ConfigError(
             "repair_turn_advantage: needs repair_branches of 2 or more (the rows sharing a first program are the "
             "later programs' group); with 1 it adds nothing"
+        )
+
+
+def _per_token_loss(setting: str, cfg: RLConfig) -> None:
+    """Settings that act on single tokens of an episode need GRPO's loss, whose advantage and KL are
+    per token; RLOO and verl's actor give a sequence one advantage, ReST trains no advantage."""
+    if cfg.algorithm != "grpo":
+        raise ConfigError(
+            f"{setting} is for grpo (its loss takes an advantage and a KL per token); {cfg.algorithm} does not"
         )
 
 
@@ -204,11 +209,7 @@ def check_first_credit(cfg: RLConfig) -> None:
         raise ConfigError(f"repair_first_credit: {credit!r} is not one of {', '.join(FIRST_CREDITS)}")
     if credit == "episode":
         return
-    if cfg.algorithm != "grpo":
-        raise ConfigError(
-            f"repair_first_credit: {credit} is for grpo (its loss takes an advantage per token); {cfg.algorithm} "
-            "takes one per sequence"
-        )
+    _per_token_loss(f"repair_first_credit: {credit}", cfg)
     if cfg.rewards.filter_zero_variance:
         raise ConfigError(
             f"repair_first_credit: {credit} with filter_zero_variance would drop groups whose final programs "
@@ -223,10 +224,7 @@ def check_kl_turns(cfg: RLConfig) -> None:
         raise ConfigError(f"repair_kl_turns: {turns!r} is not one of all, later")
     if turns == "all":
         return
-    if cfg.algorithm != "grpo":
-        raise ConfigError(
-            f"repair_kl_turns: later is for grpo (its KL is a loss term per token); {cfg.algorithm} has none to move"
-        )
+    _per_token_loss("repair_kl_turns: later", cfg)
     if not getattr(cfg.training, "beta", 0.0):
         raise ConfigError(
             "repair_kl_turns: later needs a KL term: set beta > 0 (the reference is the policy before RL)"
