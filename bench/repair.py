@@ -3,7 +3,7 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
         [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
-        [--turn_advantage 0] [--first_credit episode]
+        [--turn_advantage 0] [--first_credit episode] [--later_credit episode]
         [--later_turns greedy] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
@@ -21,6 +21,8 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
   contrast within their block (`repair_turn_advantage`, GiGPO's step-level groups; with `--branches`);
   `--first_credit own` trains the first program on its own reward, as the single run does, and
   leaves the episode's reward to the later programs (`repair_first_credit`; `both`: the two summed);
+  `--later_credit fresh` pays the later programs for beating a fresh first program of their question
+  (`repair_later_credit`);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
   copy of the world whose every answer is a sentinel, withheld at load time; every file of the run
   is searched for the sentinel afterwards.
@@ -154,6 +156,11 @@ def first_credit(arm: str, args: argparse.Namespace) -> str:
     return "episode" if arm == "single" else args.first_credit
 
 
+def later_credit(arm: str, args: argparse.Namespace) -> str:
+    """The arm's `repair_later_credit`: `--later_credit` for the repair arms (grpo)."""
+    return "episode" if arm == "single" else args.later_credit
+
+
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
     import torch
 
@@ -176,6 +183,8 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         rl_args += f" --repair_turn_advantage {turn_advantage(arm, args)}"
     if first_credit(arm, args) != "episode":
         rl_args += f" --repair_first_credit {first_credit(arm, args)}"
+    if later_credit(arm, args) != "episode":
+        rl_args += f" --repair_later_credit {later_credit(arm, args)}"
     if arm == "repair_label_free":
         rl_args += f" --dataset_root {sentinel_world(policy)}"
     started = time.time()
@@ -208,6 +217,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "guide_weight": guide_weight(arm, args),
         "turn_advantage": turn_advantage(arm, args),
         "first_credit": first_credit(arm, args),
+        "later_credit": later_credit(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
         "eval_args": eval_args(args),
@@ -321,6 +331,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="the repair arms' repair_first_credit: what the first program's tokens carry (default: episode)",
     )
     parser.add_argument(
+        "--later_credit",
+        choices=("episode", "fresh"),
+        default="episode",
+        help="the repair arms' repair_later_credit: what the later programs' tokens carry (default: episode)",
+    )
+    parser.add_argument(
         "--later_turns",
         choices=("greedy", "sampled"),
         default="greedy",
@@ -374,6 +390,7 @@ def main(argv: list[str] | None = None) -> dict:
         and r.get("guide_weight", 0.0) == guide_weight(r["arm"], args)
         and r.get("turn_advantage", 0.0) == turn_advantage(r["arm"], args)
         and r.get("first_credit", "episode") == first_credit(r["arm"], args)
+        and r.get("later_credit", "episode") == later_credit(r["arm"], args)
     ]
     for seed in seeds:
         for arm in arms:

@@ -4,8 +4,9 @@ The later programs' own advantage (`repair_turn_advantage`): first-turn tokens k
 group-relative advantage, later program tokens get it plus the weight times the row's contrast within
 its block (the rows sharing a first program). The first program's own credit (`repair_first_credit`):
 its tokens get the group-relative advantage of its own reward (`own`), or that plus the episode's
-(`both`), the later ones the episode's. Feedback tokens get no gradient, and each token's gradient
-scales with its own advantage."""
+(`both`), the later ones the episode's. The later programs' fresh credit (`repair_later_credit`):
+their tokens get the episode's reward less the mean reward of the group's other first programs.
+Feedback tokens get no gradient, and each token's gradient scales with its own advantage."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from repair_trainer import _episode_layout, _final_norm_grads, _recipe, assets, 
 from trl.trainer.utils import nanstd
 
 from vprl.train.recipe.parsing import ConfigError
-from vprl.train.repair.turn_advantage import group_advantages, turn_advantages
+from vprl.train.repair.turn_advantage import fresh_advantages, group_advantages, turn_advantages
 
 __all__ = ["assets"]  # the module fixture
 
@@ -49,6 +50,37 @@ def test_first_turn_tokens_take_the_first_credit_where_given():
     assert both[0].tolist() == [-2.0, 1.0 + WEIGHT, 1.0 + WEIGHT, 1.0 + WEIGHT]  # block mean 0
     with pytest.raises(ValueError, match="3 advantages and \\(2,\\) first-turn"):
         turn_advantages(advantages, [0, 0, 2], tool_mask, 0.0, first[:2])
+
+
+def test_later_tokens_take_the_later_credit_where_given():
+    advantages = torch.tensor([1.0, -1.0, 0.5])
+    later = torch.tensor([2.0, 0.0, -3.0])
+    tool_mask = torch.tensor([[1, 0, 1, 1], [1, 1, 0, 1], [1, 1, 1, 1]])
+    got = turn_advantages(advantages, [0, 0, 2], tool_mask, 0.0, later=later)
+    assert got.tolist() == [[1.0, 2.0, 2.0, 2.0], [-1.0, -1.0, 0.0, 0.0], [0.5, 0.5, 0.5, 0.5]]
+    weighted = turn_advantages(advantages, [0, 0, 2], tool_mask, WEIGHT, later=later)
+    assert weighted[0, 1:].tolist() == [2.0 + WEIGHT * 1.0] * 3  # the block's mean later credit is 1
+    with pytest.raises(ValueError, match="3 advantages and \\(1,\\) later-turn"):
+        turn_advantages(advantages, [0, 0, 2], tool_mask, 0.0, later=later[:1])
+
+
+def test_fresh_advantages_set_the_final_against_the_groups_other_first_programs():
+    nan = float("nan")
+    finals = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5, nan, 0.5])
+    firsts = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, nan])
+    blocks = torch.tensor([0, 1, 2, 3, 4, 4, 6, 6])  # the second group: two blocks of two rows
+    got = fresh_advantages(finals, firsts, blocks, 4, "none")
+    # Row 1: a wrong first program repaired, against the others' first programs (1, 0, 0): 1 - 1/3.
+    assert torch.allclose(got[:4], torch.tensor([1.0 - 0.0, 1.0 - 1 / 3, 0.0 - 1 / 3, 1.0 - 1 / 3]))
+    # Rows 4, 5 see only block 6's judged first program (0.5); block 6 sees block 4's; row 6 was never judged.
+    assert got[4:].tolist() == [0.0, 0.0, 0.0, 0.0]
+    pooled = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    scaled = fresh_advantages(finals, firsts, blocks, 4, "group")
+    assert torch.allclose(scaled[:4], got[:4] / (pooled.std() + 1e-4))
+    alone = fresh_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]), torch.tensor([0, 0]), 2, "group")
+    assert alone.tolist() == [0.0, 0.0], "no first program outside the block: no baseline"
+    with pytest.raises(ValueError, match="scale_rewards 'rank'"):
+        fresh_advantages(finals, firsts, blocks, 4, "rank")
 
 
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
@@ -140,6 +172,52 @@ def _assert_gradients_follow(built, output) -> None:
 
 
 @pytest.fixture(scope="module")
+def freshly(tmp_path_factory, assets):
+    from vprl.train.rollouts.scorer import ProgramScorer
+
+    firsts: dict[str, float] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ProgramScorer, "score", _spread_turns(firsts))
+        for built, output, episodes, totals in scored_batch(
+            tmp_path_factory.mktemp("later_credit"), assets, repair_later_credit="fresh"
+        ):
+            yield built, output, episodes, totals, firsts
+
+
+def test_the_trainer_receives_the_later_programs_fresh_credit(freshly):
+    """Written out per group: a row's final reward less the mean of the other rows' first rewards,
+    over the std of the group's first and final rewards together."""
+    built, output, episodes, totals, firsts = freshly
+    assert built.trainer.repair_later_credit == "fresh"
+    group = built.trainer.num_generations
+    finals = [totals[e.final.program] for e in episodes]
+    opening = [firsts[e.first.program] for e in episodes]
+    expected, episode = [], []
+    for g in range(0, len(episodes), group):
+        rows = range(g, g + group)
+        spread = torch.tensor([opening[j] for j in rows] + [finals[j] for j in rows]).std()
+        own = torch.tensor([finals[j] for j in rows])
+        episode += ((own - own.mean()) / (own.std() + 1e-4)).tolist()
+        for i in rows:
+            baseline = sum(opening[j] for j in rows if j != i) / (group - 1)
+            expected.append((finals[i] - baseline) / (float(spread) + 1e-4))
+    assert not torch.allclose(torch.tensor(expected), torch.tensor(episode), atol=1e-3), "nothing to tell apart"
+    advantages = output["advantages"]
+    for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
+        env = torch.tensor(env)
+        first = torch.cumsum(1 - env, 0) == 0
+        assert (~first).any(), "every episode of this recipe has two turns"
+        got = advantages[row, : len(env)]
+        assert torch.allclose(got[first], torch.tensor(episode[row]).expand(int(first.sum())), atol=1e-4)
+        assert torch.allclose(got[~first], torch.tensor(expected[row]).expand(int((~first).sum())), atol=1e-4)
+
+
+def test_each_tokens_gradient_scales_with_its_later_credit(freshly):
+    built, output, _, _, _ = freshly
+    _assert_gradients_follow(built, output)
+
+
+@pytest.fixture(scope="module")
 def turned(tmp_path_factory, assets):
     yield from scored_batch(
         tmp_path_factory.mktemp("turn_advantage"),
@@ -193,12 +271,17 @@ def test_each_tokens_gradient_scales_with_its_own_advantage(turned):
         ({"repair_first_credit": "own", "algorithm": "rloo"}, "own is for grpo"),
         ({"repair_first_credit": "both", "repair_max_turns": 1}, "needs repair episodes"),
         ({"repair_first_credit": "own", "filter_zero_variance": True}, "set filter_zero_variance: false"),
+        ({"repair_later_credit": "best"}, "'best' is not one of episode, fresh"),
+        ({"repair_later_credit": "fresh", "algorithm": "rloo"}, "fresh is for grpo"),
+        ({"repair_later_credit": "fresh", "repair_max_turns": 1}, "needs repair episodes"),
+        ({"repair_later_credit": "fresh", "filter_zero_variance": True}, "set filter_zero_variance: false"),
+        ({"repair_later_credit": "fresh", "repair_branches": 4}, "num_generations 4 must exceed repair_branches 4"),
     ],
 )
 def test_bad_turn_advantages_are_refused_naming_the_key(tmp_path, assets, values, message):
     from vprl.train.recipe.checks import validate
     from vprl.train.recipe.rl_config import parse_rl_config
 
-    key = next(k for k in values if k in ("repair_turn_advantage", "repair_first_credit"))
+    key = next(k for k in values if k in ("repair_turn_advantage", "repair_first_credit", "repair_later_credit"))
     with pytest.raises(ConfigError, match=f"{key}: .*{message}"):
         validate(parse_rl_config(["--config", str(_recipe(tmp_path, assets, **values))]))

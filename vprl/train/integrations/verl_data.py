@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> Path:
         raise ConfigError("repair_guide_weight: verl's actor has no guide term; use 0 with verl")
     if cfg.repair.repair_first_credit != "episode":  # verl's actor takes one advantage per response
         raise ConfigError("repair_first_credit: verl's actor gives a response one advantage; use episode with verl")
+    if cfg.repair.repair_later_credit != "episode":
+        raise ConfigError("repair_later_credit: verl's actor gives a response one advantage; use episode with verl")
     run_dir = Path(cfg.training.output_dir)
     out = run_dir / FOLDER
     out.mkdir(parents=True, exist_ok=True)

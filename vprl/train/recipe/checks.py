@@ -29,7 +29,7 @@ from vprl.train.recipe.parsing import ConfigError
 from vprl.train.recipe.prompt_length import longest_prompts
 from vprl.train.recipe.rl_config import RLConfig
 from vprl.train.recipe.sections import DataArgs, ExecutorArgs
-from vprl.train.repair.turns import FIRST_CREDITS
+from vprl.train.repair.turns import FIRST_CREDITS, LATER_CREDITS
 
 
 @dataclass
@@ -157,6 +157,8 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
             raise ConfigError("repair_turn_advantage: needs repair episodes (repair_max_turns > 1)")
         if repair.repair_first_credit != "episode":
             raise ConfigError("repair_first_credit: needs repair episodes (repair_max_turns > 1)")
+        if repair.repair_later_credit != "episode":
+            raise ConfigError("repair_later_credit: needs repair episodes (repair_max_turns > 1)")
         return
     if repair.repair_guide_weight and cfg.algorithm != "grpo":
         raise ConfigError(
@@ -177,6 +179,7 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
     check_kl_turns(cfg)
     check_turn_advantage(cfg)
     check_first_credit(cfg)
+    check_later_credit(cfg)
 
 
 def check_turn_advantage(cfg: RLConfig) -> None:
@@ -214,6 +217,28 @@ def check_first_credit(cfg: RLConfig) -> None:
         raise ConfigError(
             f"repair_first_credit: {credit} with filter_zero_variance would drop groups whose final programs "
             "scored alike while their first programs did not; set filter_zero_variance: false"
+        )
+
+
+def check_later_credit(cfg: RLConfig) -> None:
+    """`repair_later_credit: fresh` sets the later programs' rewards against the first programs of
+    their group's other rows (vprl.train.repair.turn_advantage): GRPO's per-token loss, every group's
+    rows, and a group with first programs outside each row's block."""
+    credit = cfg.repair.repair_later_credit
+    if credit not in LATER_CREDITS:
+        raise ConfigError(f"repair_later_credit: {credit!r} is not one of {', '.join(LATER_CREDITS)}")
+    if credit == "episode":
+        return
+    _per_token_loss(f"repair_later_credit: {credit}", cfg)
+    if cfg.rewards.filter_zero_variance:
+        raise ConfigError(
+            f"repair_later_credit: {credit} with filter_zero_variance would drop groups whose final programs "
+            "scored alike, the repairs among them included; set filter_zero_variance: false"
+        )
+    if cfg.sampling.num_generations <= cfg.repair.repair_branches:
+        raise ConfigError(
+            f"repair_later_credit: {credit} needs a first program outside each row's block: num_generations "
+            f"{cfg.sampling.num_generations} must exceed repair_branches {cfg.repair.repair_branches}"
         )
 
 

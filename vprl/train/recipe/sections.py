@@ -236,6 +236,14 @@ class RepairArgs:
             "or their sum (MT-GRPO's turn-level credit); grpo"
         },
     )
+    repair_later_credit: str = field(
+        default="episode",
+        metadata={
+            "help": "episode | fresh: what the later programs' tokens carry: the episode's advantage, or the "
+            "episode's reward less the mean reward of its group's other first programs (what a fresh sample of "
+            "the question earns: paid for repairing better than resampling); grpo"
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.repair_feedback, str):
