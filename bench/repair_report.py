@@ -114,10 +114,10 @@ def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
         }
         curves = [r["repair_curve"] for r in rs if r["repair_curve"]]
         if curves:
-            summary.setdefault("repair_rate", {})[arm] = _curve_summary(curves)
+            summary.setdefault("repair_rate", {})[arm] = curve_summary(curves)
         lifts = [c for r in rs if (c := lift_curve(Path(r["run_dir"])))]
         if lifts:
-            summary.setdefault("resample_lift", {})[arm] = _curve_summary(lifts)
+            summary.setdefault("resample_lift", {})[arm] = curve_summary(lifts)
     if by_arm["repair"] and by_arm["repair_label_free"]:
         labelled = (scores("repair", "repair", "before_rl"), scores("repair", "repair"))
         free = (scores("repair_label_free", "repair", "before_rl"), scores("repair_label_free", "repair"))
@@ -138,7 +138,7 @@ def lift_curve(run_dir: Path) -> list[tuple[int, float]]:
     return [(step, lift) for step in sorted(by_step) if (lift := resample_lift(by_step[step])) is not None]
 
 
-def _curve_summary(curves: list[list[tuple[int, float]]], window: int = 20) -> dict:
+def curve_summary(curves: list[list[tuple[int, float]]], window: int = 20) -> dict:
     """Per seed: a per-step figure (the repair rate, the resample lift) over the first and the last
     `window` steps (mean), and the lowest mean of any `window` consecutive steps after the first
     window (a collapse shows there)."""

@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.repair import collect, records  # noqa: E402
-from bench.repair_report import _curve_summary, lift_curve  # noqa: E402
+from bench.repair_report import curve_summary, lift_curve  # noqa: E402
 from vprl.rewards.feedback import Feedback  # noqa: E402
 from vprl.train.repair.episode import Episode, Turn  # noqa: E402
 from vprl.train.repair.log import EpisodeLog, episodes_path  # noqa: E402
@@ -46,7 +46,7 @@ def test_collect_joins_each_record_once_and_brings_the_evaluation_world(tmp_path
 def test_the_repair_rate_summary_shows_a_collapse():
     steady = [(i, 0.3 + 0.001 * i) for i in range(60)]
     collapsed = [(i, 0.3 if i < 20 or i >= 40 else 0.0) for i in range(60)]
-    rows = _curve_summary([steady, collapsed])["per_seed"]
+    rows = curve_summary([steady, collapsed])["per_seed"]
     assert rows[0]["lowest_after_first"] > rows[0]["first"]
     assert rows[1]["first"] == rows[1]["last"] == 0.3 and rows[1]["lowest_after_first"] == 0.0
 
@@ -153,3 +153,49 @@ def test_repair_kept_best_answers_from_the_turn_its_unit_tests_score_highest(tmp
             "after_rl",
             "2-turn repair",
         )
+
+
+def test_paired_calls_compare_one_arm_across_two_calls_on_the_same_bootstraps(tmp_path, monkeypatch):
+    """bench/repair_paired.py: the treated call's arm against the control's, question by question;
+    refused where the policies before RL differ (not the same bootstraps) or a seed is missing."""
+    import bench.repair_paired as rp
+    from vprl.train.evaluation.gains import paired_gain
+
+    questions = [f"q{i}" for i in range(6)]
+    after = {"treated": [1, 1, 1, 0, 1, 0], "control": [1, 0, 0, 0, 1, 0]}
+
+    def scores(record, world, mode, policy):
+        if policy == "before_rl":
+            return dict.fromkeys(questions, float(record.get("before", 0.5)))
+        return {q: float(v) for q, v in zip(questions, after[record["side"]], strict=True)}
+
+    monkeypatch.setattr(rp, "unseen_scores", scores)
+    monkeypatch.setattr(rp, "lift_curve", lambda run_dir: [])
+
+    def call(side: str, seeds: tuple[int, ...], **more) -> str:
+        folders = []
+        for seed in seeds:
+            folder = tmp_path / f"{side}_{seed}"
+            folder.mkdir(exist_ok=True)
+            rows = [
+                {"seed": seed, "arm": "single", "side": side, "repair_curve": [], "run_dir": "x"},
+                {"seed": seed, "arm": "repair", "side": side, "repair_curve": [(1, 0.5)], "run_dir": "x", **more},
+            ]
+            (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            folders.append(str(folder))
+        return ",".join(folders)
+
+    summary = rp.main([call("treated", (0, 1)), call("control", (0, 1))])
+    want = paired_gain(
+        [scores({"side": "control"}, None, "", "after_rl")] * 2, [scores({"side": "treated"}, None, "", "")] * 2
+    )
+    assert summary["treated − control"]["repair"] == want.to_json()
+    assert want.mean == pytest.approx(2 / 6)
+    assert summary["repair_rate"]["treated"]["per_seed"][0]["first"] == 0.5
+    with pytest.raises(SystemExit, match="before RL differ in single: not the same bootstraps"):
+        rp.main([call("treated", (0, 1)), call("control", (0, 1), before=0.25)])
+    with pytest.raises(SystemExit, match=r"seeds \[0, 1\], the control \[0\]"):
+        rp.main([call("treated", (0, 1)), call("control", (0,))])
+    twice = call("treated", (0,))
+    with pytest.raises(SystemExit, match=r"treated_0/runs.jsonl:2: a second repair record of seed 0"):
+        rp.main([f"{twice},{twice}", call("control", (0,))])
