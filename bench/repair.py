@@ -20,7 +20,7 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
   (`repair_guide_weight`); `--turn_advantage W` adds, on the second programs' tokens, W times their
   contrast within their block (`repair_turn_advantage`, GiGPO's step-level groups; with `--branches`);
   `--first_credit own` trains the first program on its own reward, as the single run does, and
-  leaves the episode's reward to the later programs (`repair_first_credit`; `both`: the two summed);
+  leaves the episode's reward to the later programs (`repair_first_credit`; `both`: the two summed; `none`: the first program not trained);
   `--later_credit fresh` pays the later programs for beating a fresh first program of their question
   (`repair_later_credit`);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument(
         "--first_credit",
-        choices=("episode", "own", "both"),
+        choices=("episode", "own", "both", "none"),
         default="episode",
         help="the repair arms' repair_first_credit: what the first program's tokens carry (default: episode)",
     )

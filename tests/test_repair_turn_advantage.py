@@ -4,7 +4,7 @@ The later programs' own advantage (`repair_turn_advantage`): first-turn tokens k
 group-relative advantage, later program tokens get it plus the weight times the row's contrast within
 its block (the rows sharing a first program). The first program's own credit (`repair_first_credit`):
 its tokens get the group-relative advantage of its own reward (`own`), or that plus the episode's
-(`both`), the later ones the episode's. The later programs' fresh credit (`repair_later_credit`):
+(`both`), or none (`none`), the later ones the episode's. The later programs' fresh credit (`repair_later_credit`):
 their tokens get the episode's reward less the mean reward of the group's other first programs.
 Feedback tokens get no gradient, and each token's gradient scales with its own advantage."""
 
@@ -116,7 +116,7 @@ def _spread_turns(totals: dict[str, float]):
     return score
 
 
-@pytest.fixture(scope="module", params=["own", "both"])
+@pytest.fixture(scope="module", params=["own", "both", "none"])
 def credited(request, tmp_path_factory, assets):
     from vprl.train.rollouts.scorer import ProgramScorer
 
@@ -141,7 +141,7 @@ def test_the_trainer_receives_the_first_programs_own_credit(credited):
     episode = relative([totals[e.final.program] for e in episodes])
     own = relative([firsts[e.first.program] for e in episodes])
     assert own.abs().sum() > 0 and not torch.allclose(own, episode, atol=1e-3), "nothing to tell apart"
-    first_credit = own if credit == "own" else own + episode
+    first_credit = {"own": own, "both": own + episode, "none": torch.zeros_like(own)}[credit]
     advantages = output["advantages"]
     for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
         env = torch.tensor(env)
@@ -267,7 +267,7 @@ def test_each_tokens_gradient_scales_with_its_own_advantage(turned):
         ({"repair_turn_advantage": 1.0}, "needs repair_branches of 2 or more"),
         ({"repair_turn_advantage": 1.0, "repair_branches": 2, "algorithm": "rloo"}, "for grpo"),
         ({"repair_turn_advantage": 1.0, "repair_max_turns": 1}, "needs repair episodes"),
-        ({"repair_first_credit": "last"}, "'last' is not one of episode, own, both"),
+        ({"repair_first_credit": "last"}, "'last' is not one of episode, own, both, none"),
         ({"repair_first_credit": "own", "algorithm": "rloo"}, "own is for grpo"),
         ({"repair_first_credit": "both", "repair_max_turns": 1}, "needs repair episodes"),
         ({"repair_first_credit": "own", "filter_zero_variance": True}, "set filter_zero_variance: false"),

@@ -231,9 +231,9 @@ class RepairArgs:
     repair_first_credit: str = field(
         default="episode",
         metadata={
-            "help": "episode | own | both: what the first program's tokens carry: the episode's advantage, the "
-            "group-relative advantage of the first program's own reward (trained as a one-turn run trains it), "
-            "or their sum (MT-GRPO's turn-level credit); grpo"
+            "help": "episode | own | both | none: what the first program's tokens carry: the episode's advantage, "
+            "the group-relative advantage of the first program's own reward (trained as a one-turn run trains it), "
+            "their sum (MT-GRPO's turn-level credit), or nothing (only the later programs are trained); grpo"
         },
     )
     repair_later_credit: str = field(

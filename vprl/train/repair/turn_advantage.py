@@ -12,7 +12,9 @@ advantages of shape (B, T) as they are; its batch shuffling splits any tensor by
   group-relative advantage F_i of the first program's own reward, computed as trl computes the
   episode's (same groups, same `scale_rewards`), so the first program is trained as a one-turn run
   trains it and only the later programs answer for the repair; `both` gives F_i + A_i (MT-GRPO's
-  turn-level credit, Zeng et al. 2025: the turn's own advantage plus the outcome's).
+  turn-level credit, Zeng et al. 2025: the turn's own advantage plus the outcome's); `none` gives
+  them 0, so only the later programs are trained (whether the second turn's reading fades when the
+  first program is not trained at all).
 - `repair_later_credit` (the later turns): `episode` (the default) gives them A_i; `fresh` gives
   them L_i = (R_i - b_i) / s: the episode's reward R_i less b_i, the mean reward of the first
   programs of its group's other rows (other blocks with branches): what a fresh sample of the
@@ -142,7 +144,9 @@ class TurnAdvantageMixin:
         if len(sources) != advantages.size(0):
             raise RuntimeError(f"{len(sources)} block sources for {advantages.size(0)} advantages")
         first = later = None
-        if credit != "episode":
+        if credit == "none":
+            first = torch.zeros_like(advantages)
+        elif credit != "episode":
             firsts = group_advantages(self._gathered_firsts(advantages), self.num_generations, self.scale_rewards)
             first = self._mine(firsts, advantages)
             if credit == "both":

@@ -22,7 +22,7 @@ from vprl.train.rollouts.scorer import ProgramScorer, ScoredBatch
 
 NextPrograms = Callable[[list[int], list[Feedback]], Sequence[str | None]]
 # What a repair episode's first-program tokens carry (`repair_first_credit`; vprl.train.repair.turn_advantage).
-FIRST_CREDITS = ("episode", "own", "both")
+FIRST_CREDITS = ("episode", "own", "both", "none")
 # What its later programs' tokens carry (`repair_later_credit`; the same module).
 LATER_CREDITS = ("episode", "fresh")
 
