@@ -27,8 +27,8 @@ advantages of shape (B, T) as they are; its batch shuffling splits any tensor by
 - `repair_turn_advantage` w (the later turns; `repair_branches` > 1): the rows of a block share
   their first program and its feedback: one state, B actions, GiGPO's step-level group (Feng et al.
   2025). Later tokens get A_i + w (A_i - m_b(i)) (L_i in place of A_i with `fresh`), m_b the
-  block's mean advantage: on the group's scale rather than the block's own (with blocks of 2 a block's std would turn any difference,
-  however small, into +-1).
+  block's mean advantage: on the group's scale rather than the block's own (with blocks of 2 a
+  block's std would turn any difference, however small, into +-1).
 
 First-turn tokens are everything before the row's first feedback token (a one-turn episode's
 whole program). Feedback tokens are masked out of the loss by trl whatever they hold; the per-row
@@ -73,7 +73,9 @@ def turn_advantages(
     return torch.where(opening, (advantages if first is None else first).unsqueeze(1), later_tokens)
 
 
-def fresh_advantages(finals: torch.Tensor, firsts: torch.Tensor, blocks: torch.Tensor, group: int, scale: str):
+def fresh_advantages(
+    finals: torch.Tensor, firsts: torch.Tensor, blocks: torch.Tensor, group: int, scale: str
+) -> torch.Tensor:
     """Each row's `finals` (its episode's reward) less the mean of `firsts` (first programs' rewards)
     over the rows of its group outside its block (`blocks`: one id per row), over the std of the
     group's first and final rewards together (`scale`: as trl's `scale_rewards`). NaN rewards (never
