@@ -142,14 +142,19 @@ def test_the_trainer_receives_the_first_programs_own_credit(credited):
     own = relative([firsts[e.first.program] for e in episodes])
     assert own.abs().sum() > 0 and not torch.allclose(own, episode, atol=1e-3), "nothing to tell apart"
     first_credit = {"own": own, "both": own + episode, "none": torch.zeros_like(own)}[credit]
+    _assert_turn_credits(built, output, first_credit, episode)
+
+
+def _assert_turn_credits(built, output, first: torch.Tensor, later: torch.Tensor) -> None:
+    """Every row's first-turn tokens carry `first[row]`, its later program tokens `later[row]`."""
     advantages = output["advantages"]
     for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
         env = torch.tensor(env)
-        first = torch.cumsum(1 - env, 0) == 0
-        assert (~first).any(), "every episode of this recipe has two turns"
+        opening = torch.cumsum(1 - env, 0) == 0
+        assert (~opening).any(), "every episode of this recipe has two turns"
         got = advantages[row, : len(env)]
-        assert torch.allclose(got[first], first_credit[row].expand(int(first.sum())), atol=1e-4)
-        assert torch.allclose(got[~first], episode[row].expand(int((~first).sum())), atol=1e-4)
+        assert torch.allclose(got[opening], first[row].expand(int(opening.sum())), atol=1e-4)
+        assert torch.allclose(got[~opening], later[row].expand(int((~opening).sum())), atol=1e-4)
 
 
 def test_each_tokens_gradient_scales_with_its_first_credit(credited):
@@ -202,14 +207,7 @@ def test_the_trainer_receives_the_later_programs_fresh_credit(freshly):
             baseline = sum(opening[j] for j in rows if j != i) / (group - 1)
             expected.append((finals[i] - baseline) / (float(spread) + 1e-4))
     assert not torch.allclose(torch.tensor(expected), torch.tensor(episode), atol=1e-3), "nothing to tell apart"
-    advantages = output["advantages"]
-    for row, (_, env) in enumerate(_episode_layout(output, built.trainer)):
-        env = torch.tensor(env)
-        first = torch.cumsum(1 - env, 0) == 0
-        assert (~first).any(), "every episode of this recipe has two turns"
-        got = advantages[row, : len(env)]
-        assert torch.allclose(got[first], torch.tensor(episode[row]).expand(int(first.sum())), atol=1e-4)
-        assert torch.allclose(got[~first], torch.tensor(expected[row]).expand(int((~first).sum())), atol=1e-4)
+    _assert_turn_credits(built, output, torch.tensor(episode), torch.tensor(expected))
 
 
 def test_each_tokens_gradient_scales_with_its_later_credit(freshly):

@@ -207,39 +207,39 @@ def _per_token_loss(setting: str, cfg: RLConfig) -> None:
 def check_first_credit(cfg: RLConfig) -> None:
     """`repair_first_credit` gives the first program's tokens an advantage of their own
     (vprl.train.repair.turn_advantage): GRPO's per-token loss, over every group's rows."""
-    credit = cfg.repair.repair_first_credit
-    if credit not in FIRST_CREDITS:
-        raise ConfigError(f"repair_first_credit: {credit!r} is not one of {', '.join(FIRST_CREDITS)}")
-    if credit == "episode":
-        return
-    _per_token_loss(f"repair_first_credit: {credit}", cfg)
-    if cfg.rewards.filter_zero_variance:
-        raise ConfigError(
-            f"repair_first_credit: {credit} with filter_zero_variance would drop groups whose final programs "
-            "scored alike while their first programs did not; set filter_zero_variance: false"
-        )
+    _check_credit("repair_first_credit", FIRST_CREDITS, "while their first programs did not", cfg)
 
 
 def check_later_credit(cfg: RLConfig) -> None:
     """`repair_later_credit: fresh` sets the later programs' rewards against the first programs of
     their group's other rows (vprl.train.repair.turn_advantage): GRPO's per-token loss, every group's
     rows, and a group with first programs outside each row's block."""
-    credit = cfg.repair.repair_later_credit
-    if credit not in LATER_CREDITS:
-        raise ConfigError(f"repair_later_credit: {credit!r} is not one of {', '.join(LATER_CREDITS)}")
-    if credit == "episode":
+    if not _check_credit("repair_later_credit", LATER_CREDITS, "the repairs among them included", cfg):
         return
-    _per_token_loss(f"repair_later_credit: {credit}", cfg)
-    if cfg.rewards.filter_zero_variance:
-        raise ConfigError(
-            f"repair_later_credit: {credit} with filter_zero_variance would drop groups whose final programs "
-            "scored alike, the repairs among them included; set filter_zero_variance: false"
-        )
     if cfg.sampling.num_generations <= cfg.repair.repair_branches:
         raise ConfigError(
-            f"repair_later_credit: {credit} needs a first program outside each row's block: num_generations "
-            f"{cfg.sampling.num_generations} must exceed repair_branches {cfg.repair.repair_branches}"
+            f"repair_later_credit: {cfg.repair.repair_later_credit} needs a first program outside each row's "
+            f"block: num_generations {cfg.sampling.num_generations} must exceed repair_branches "
+            f"{cfg.repair.repair_branches}"
         )
+
+
+def _check_credit(key: str, choices: tuple[str, ...], unlike: str, cfg: RLConfig) -> bool:
+    """A turn's credit setting (`key` of the repair section): one of `choices`; other than `episode`,
+    GRPO's per-token loss and no `filter_zero_variance`, which drops a group whose final programs scored
+    alike (`unlike`: what in such a group still has an advantage). Returns whether it is on."""
+    credit = getattr(cfg.repair, key)
+    if credit not in choices:
+        raise ConfigError(f"{key}: {credit!r} is not one of {', '.join(choices)}")
+    if credit == "episode":
+        return False
+    _per_token_loss(f"{key}: {credit}", cfg)
+    if cfg.rewards.filter_zero_variance:
+        raise ConfigError(
+            f"{key}: {credit} with filter_zero_variance would drop groups whose final programs scored alike, "
+            f"{unlike}; set filter_zero_variance: false"
+        )
+    return True
 
 
 def check_kl_turns(cfg: RLConfig) -> None:
