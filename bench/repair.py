@@ -20,7 +20,8 @@ its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), 
   (`repair_guide_weight`); `--turn_advantage W` adds, on the second programs' tokens, W times their
   contrast within their block (`repair_turn_advantage`, GiGPO's step-level groups; with `--branches`);
   `--first_credit own` trains the first program on its own reward, as the single run does, and
-  leaves the episode's reward to the later programs (`repair_first_credit`; `both`: the two summed; `none`: the first program not trained);
+  leaves the episode's reward to the later programs (`repair_first_credit`; `both`: the two summed;
+  `none`: the first program not trained);
   `--later_credit fresh` pays the later programs for beating a fresh first program of their question
   (`repair_later_credit`);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
@@ -131,34 +132,23 @@ def eval_args(args: argparse.Namespace) -> str:
     return more if args.later_turns == "greedy" else f"{more} --later_turns {args.later_turns}"
 
 
-def repeat_cost(arm: str, args: argparse.Namespace) -> float:
-    """The repeat cost an arm trains with: a one-turn run has no later program to repeat."""
-    return 0.0 if arm == "single" else args.repeat_cost
+# The repair settings an arm trains with, each the bench's flag of the same name: its record's key ->
+# (the recipe key, the value of a run without it: the single arm's, and every record's from before the
+# setting existed; the arms the flag applies to).
+REPAIR_ARMS = ("repair", "repair_label_free")
+ARM_SETTINGS = {
+    "repeat_cost": ("repair_repeat_cost", 0.0, REPAIR_ARMS),  # a one-turn run has no later program to repeat
+    "branches": ("repair_branches", 1, REPAIR_ARMS),
+    "guide_weight": ("repair_guide_weight", 0.0, ("repair",)),  # grpo, labelled
+    "turn_advantage": ("repair_turn_advantage", 0.0, REPAIR_ARMS),  # grpo, branched
+    "first_credit": ("repair_first_credit", "episode", REPAIR_ARMS),  # grpo
+    "later_credit": ("repair_later_credit", "episode", REPAIR_ARMS),  # grpo
+}
 
 
-def branches(arm: str, args: argparse.Namespace) -> int:
-    """The arm's `repair_branches`: `--branches` for the repair arms."""
-    return 1 if arm == "single" else args.branches
-
-
-def guide_weight(arm: str, args: argparse.Namespace) -> float:
-    """The arm's `repair_guide_weight`: `--guide_weight` for the labelled repair arm (grpo)."""
-    return args.guide_weight if arm == "repair" else 0.0
-
-
-def turn_advantage(arm: str, args: argparse.Namespace) -> float:
-    """The arm's `repair_turn_advantage`: `--turn_advantage` for the repair arms (grpo, branched)."""
-    return 0.0 if arm == "single" else args.turn_advantage
-
-
-def first_credit(arm: str, args: argparse.Namespace) -> str:
-    """The arm's `repair_first_credit`: `--first_credit` for the repair arms (grpo)."""
-    return "episode" if arm == "single" else args.first_credit
-
-
-def later_credit(arm: str, args: argparse.Namespace) -> str:
-    """The arm's `repair_later_credit`: `--later_credit` for the repair arms (grpo)."""
-    return "episode" if arm == "single" else args.later_credit
+def arm_settings(arm: str, args: argparse.Namespace) -> dict:
+    """Each of `ARM_SETTINGS` for `arm`: the flag's value where it applies, the default elsewhere."""
+    return {name: getattr(args, name) if arm in arms else off for name, (_, off, arms) in ARM_SETTINGS.items()}
 
 
 def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict:
@@ -173,18 +163,9 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
     rl_args += f" --save_steps {args.save_steps}"
     if arm != "single":
         rl_args += f" --repair_pass_threshold {args.pass_threshold}"
-    if repeat_cost(arm, args):
-        rl_args += f" --repair_repeat_cost {repeat_cost(arm, args)}"
-    if branches(arm, args) > 1:
-        rl_args += f" --repair_branches {branches(arm, args)}"
-    if guide_weight(arm, args):
-        rl_args += f" --repair_guide_weight {guide_weight(arm, args)}"
-    if turn_advantage(arm, args):
-        rl_args += f" --repair_turn_advantage {turn_advantage(arm, args)}"
-    if first_credit(arm, args) != "episode":
-        rl_args += f" --repair_first_credit {first_credit(arm, args)}"
-    if later_credit(arm, args) != "episode":
-        rl_args += f" --repair_later_credit {later_credit(arm, args)}"
+    for name, value in arm_settings(arm, args).items():
+        if value != ARM_SETTINGS[name][1]:
+            rl_args += f" --{ARM_SETTINGS[name][0]} {value}"
     if arm == "repair_label_free":
         rl_args += f" --dataset_root {sentinel_world(policy)}"
     started = time.time()
@@ -212,12 +193,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "repair_share": args.repair_share,
         "repair_noun_share": args.repair_noun_share,
         "pass_threshold": args.pass_threshold,
-        "repeat_cost": repeat_cost(arm, args),
-        "branches": branches(arm, args),
-        "guide_weight": guide_weight(arm, args),
-        "turn_advantage": turn_advantage(arm, args),
-        "first_credit": first_credit(arm, args),
-        "later_credit": later_credit(arm, args),
+        **arm_settings(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
         "eval_config": settings_of(EVAL_CONFIG),
         "eval_args": eval_args(args),
@@ -385,12 +361,7 @@ def main(argv: list[str] | None = None) -> dict:
         if r["seed"] in seeds
         and r["arm"] in arms
         and all(r.get(k) == v for k, v in wanted.items())
-        and r.get("repeat_cost", 0.0) == repeat_cost(r["arm"], args)  # records from before it: none
-        and r.get("branches", 1) == branches(r["arm"], args)
-        and r.get("guide_weight", 0.0) == guide_weight(r["arm"], args)
-        and r.get("turn_advantage", 0.0) == turn_advantage(r["arm"], args)
-        and r.get("first_credit", "episode") == first_credit(r["arm"], args)
-        and r.get("later_credit", "episode") == later_credit(r["arm"], args)
+        and all(r.get(k, ARM_SETTINGS[k][1]) == v for k, v in arm_settings(r["arm"], args).items())
     ]
     for seed in seeds:
         for arm in arms:
