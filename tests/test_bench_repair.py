@@ -199,3 +199,54 @@ def test_paired_calls_compare_one_arm_across_two_calls_on_the_same_bootstraps(tm
     twice = call("treated", (0,))
     with pytest.raises(SystemExit, match=r"treated_0/runs.jsonl:2: a second repair record of seed 0"):
         rp.main([f"{twice},{twice}", call("control", (0,))])
+
+
+def test_the_outcomes_of_wrong_first_programs_sent_back(tmp_path):
+    from bench.repair_outcomes import names_an_object_off_question, run_figures
+
+    fb = Feedback(("error",), "It failed")
+    right, wrong = {"correctness": 1.0}, {"correctness": 0.0}
+    star = 'def execute_command(image):\n    return image_patch.find("red star")[0].simple_query("c")\n'
+    stars = star.replace('"red star"', "'stars'")
+    square = star.replace("star", "square")
+    circle = star.replace("star", "circle")
+
+    def episode(first: str, later: tuple | None, qid: str = "q1", shared: bool = False) -> Episode:
+        head = Turn(first, "ok", answer="blue", components=wrong, feedback=fb if later else None)
+        if later is None:
+            return Episode(qid, (head,), shared)
+        program, status, answer, score = later
+        return Episode(qid, (head, Turn(program, status, answer=answer, components=score)), shared)
+
+    questions = {"q1": "What color are the stars?"}
+    step1 = [
+        episode(square, (star, "ok", "red", right)),  # repaired, on the question
+        episode(square, (circle, "runtime_error", None, wrong)),  # fails to run, names a circle
+        episode(square, (square + "\n# again", "ok", "blue", wrong)),  # the first program again
+        episode(star, (stars, "ok", "blue", wrong)),  # another program, the same answer
+        episode(star, (circle, "ok", "green", wrong)),  # another wrong answer
+        episode(star, None),  # a wrong first program that passed its unit tests: not sent back
+        episode(square, (star, "ok", "red", right), shared=True),  # a copied first program: counted once
+        Episode("q1", (Turn(star, "ok", components=right),)),  # right first: not counted
+        episode(square, (star, "ok", "red", right), qid="q2"),  # a question not known: out of the split
+    ]
+    EpisodeLog(episodes_path(tmp_path))(step1, step=1)
+    EpisodeLog(episodes_path(tmp_path))([episode(star, (circle, "ok", "red", right))], step=2)
+    figures = run_figures(tmp_path, questions, window=1)
+    first = figures["first"]
+    assert first["steps"] == [1, 1] and first["wrong_first"] == 7 and first["sent_back"] == pytest.approx(6 / 7)
+    assert first["outcomes"] == {
+        "repaired": pytest.approx(2 / 6),
+        "fails_to_run": pytest.approx(1 / 6),
+        "repeats_first": pytest.approx(1 / 6),
+        "same_answer": pytest.approx(1 / 6),
+        "other_wrong": pytest.approx(1 / 6),
+    }
+    # of the 5 known questions' later programs, the circles and the square again are off the question
+    assert first["later_names_off_question"] == pytest.approx(3 / 5)
+    assert first["first_names_off_question"] == pytest.approx(3 / 5)
+    assert first["repaired_when_off"] == 0 and first["repaired_when_on"] == pytest.approx(1 / 2)
+    last = figures["last"]
+    assert last["steps"] == [2, 2] and last["outcomes"]["repaired"] == 1 and last["repaired_when_off"] == 1
+    assert not names_an_object_off_question('image_patch.exists("large stars")', "Is there a star?")
+    assert names_an_object_off_question('image_patch.exists("hexagon")', "Is there a star?")
