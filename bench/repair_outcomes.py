@@ -17,7 +17,6 @@ one-word nouns; on real GQA it would also count synonyms.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.repair_paired import arm_records  # noqa: E402
+from bench.repair_paired import arm_records, print_figures  # noqa: E402
 from vprl.data.shapes.tasks import load_shapes_task  # noqa: E402
 from vprl.executor.program import program_key  # noqa: E402
 from vprl.train.repair.episode import Episode  # noqa: E402
@@ -139,10 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
         seed: run_figures(Path(record["run_dir"]), training_questions(record["seen_from"]), args.window)
         for seed, (record, _) in sorted(records.items())
     }
-    if args.json:
-        Path(args.json).write_text(json.dumps(per_seed, indent=2))
-    print(markdown(per_seed))
-    return per_seed
+    return print_figures(per_seed, markdown(per_seed), args.json)
 
 
 if __name__ == "__main__":

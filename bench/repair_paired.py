@@ -97,10 +97,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", default="", help="also write the figures to this file")
     args = parser.parse_args(argv)
     summary = paired(arm_records(args.treated, args.arm), arm_records(args.control, args.arm))
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2))
-    print(markdown(summary))
-    return summary
+    return print_figures(summary, markdown(summary), args.json)
+
+
+def print_figures(figures: dict, text: str, json_path: str = "") -> dict:
+    """Print a bench's markdown and, where a path is given, write its figures there as JSON."""
+    if json_path:
+        Path(json_path).write_text(json.dumps(figures, indent=2))
+    print(text)
+    return figures
 
 
 if __name__ == "__main__":
