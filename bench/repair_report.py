@@ -85,6 +85,11 @@ def summarize(runs: list[dict], eval_world: Path, arms: list[str]) -> dict:
         summary["comparisons"]["repair run, 2-turn repair kept best by unit tests − single run, unit_test_select"] = (
             paired_gain(scores("single", "unit_test_select"), scores("repair", "repair_best")).to_json()
         )
+        # The same mode and judge on both sides, the single run's second turn untrained by RL: what training
+        # the repair adds over the re-prompting the bootstrap's repair examples already give.
+        summary["comparisons"]["repair run, 2-turn repair kept best − single run, 2-turn repair kept best"] = (
+            paired_gain(scores("single", "repair_best"), scores("repair", "repair_best")).to_json()
+        )
     if by_arm["single"]:
         # The single run's policy in the repair mode, its second turn never trained by RL (the bootstrap's
         # repair examples alone): what trained repair has to beat besides best of 2.
