@@ -37,7 +37,9 @@ whose episodes end at the unit-test score a repair run's episodes ended at in tr
 
 Figures, with 95 % intervals from a two-level bootstrap (seeds, then questions;
 `vprl.train.evaluation.gains`): the repair run's two-turn repair against the single run's best of 2,
-against its majority of 2 and against its untrained re-prompting; each arm's gain (after - before)
+against its majority of 2 and against its untrained re-prompting; both runs' repair with the
+better-tested turn kept against each other (what RL adds to the bootstrap's repair examples) and
+against best of 2; each arm's gain (after - before)
 in its own mode; the label-free repair gain as a share of the labelled one; the mean executions per
 question in each mode; the repair rate per step (metrics.jsonl), plotted to `<out>/repair_rate.png`;
 the second program's lift over a fresh first program of its question (`resample_lift`, from the
