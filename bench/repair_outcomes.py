@@ -25,11 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.repair_paired import arm_records, print_figures  # noqa: E402
+from bench.repair_paired import arm_records  # noqa: E402
+from bench.repair_report import episodes_by_step, print_figures  # noqa: E402
 from vprl.data.shapes.tasks import load_shapes_task  # noqa: E402
 from vprl.executor.program import program_key  # noqa: E402
 from vprl.train.repair.episode import Episode  # noqa: E402
-from vprl.train.repair.log import EpisodeLog, episode_logs  # noqa: E402
 
 OUTCOMES = ("repaired", "fails_to_run", "repeats_first", "same_answer", "other_wrong")
 _OBJECT_CALL = re.compile(r"\.(?:find|exists)\(\s*[\"']([^\"']+)[\"']")
@@ -80,10 +80,7 @@ def window_figures(episodes: Iterable[Episode], questions: Mapping[str, str]) ->
 
 
 def run_figures(run_dir: Path, questions: Mapping[str, str], window: int) -> dict:
-    by_step: dict[int, list[Episode]] = {}
-    for path in episode_logs(run_dir):
-        for step, episode in EpisodeLog(path).read():
-            by_step.setdefault(step, []).append(episode)
+    by_step = episodes_by_step(run_dir)
     steps = sorted(by_step)
     if not steps:
         raise SystemExit(f"repair_outcomes: {run_dir} holds no training episodes")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.repair_report import MODES, curve_summary, lift_curve, unseen_scores  # noqa: E402
+from bench.repair_report import MODES, curve_summary, lift_curve, print_figures, unseen_scores  # noqa: E402
 from vprl.train.evaluation.gains import Gain, paired_gain  # noqa: E402
 
 
@@ -98,14 +98,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     summary = paired(arm_records(args.treated, args.arm), arm_records(args.control, args.arm))
     return print_figures(summary, markdown(summary), args.json)
-
-
-def print_figures(figures: dict, text: str, json_path: str = "") -> dict:
-    """Print a bench's markdown and, where a path is given, write its figures there as JSON."""
-    if json_path:
-        Path(json_path).write_text(json.dumps(figures, indent=2))
-    print(text)
-    return figures
 
 
 if __name__ == "__main__":

@@ -136,11 +136,25 @@ def lift_curve(run_dir: Path) -> list[tuple[int, float]]:
     """`resample_lift` of each training step's episodes (the run's episodes.jsonl files): does the
     second program beat a fresh first program of its question? Computed from the episodes, so runs
     recorded before the trainer logged it have it too. Read once per call of the bench."""
-    by_step: dict[int, list] = {}
+    by_step = episodes_by_step(run_dir)
+    return [(step, lift) for step in sorted(by_step) if (lift := resample_lift(by_step[step])) is not None]
+
+
+def episodes_by_step(run_dir: Path) -> dict[int, list[Episode]]:
+    """A run's training episodes (every process's episodes.jsonl) by the optimizer step they trained."""
+    by_step: dict[int, list[Episode]] = {}
     for path in episode_logs(run_dir):
         for step, episode in EpisodeLog(path).read():
             by_step.setdefault(step, []).append(episode)
-    return [(step, lift) for step in sorted(by_step) if (lift := resample_lift(by_step[step])) is not None]
+    return by_step
+
+
+def print_figures(figures: dict, text: str, json_path: str = "") -> dict:
+    """Print a bench's markdown and, where a path is given, write its figures there as JSON."""
+    if json_path:
+        Path(json_path).write_text(json.dumps(figures, indent=2))
+    print(text)
+    return figures
 
 
 def curve_summary(curves: list[list[tuple[int, float]]], window: int = 20) -> dict:
