@@ -4,10 +4,11 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
         [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
         [--turn_advantage 0] [--first_credit episode] [--later_credit episode]
-        [--later_turns greedy] [--threads 2]
+        [--later_turns greedy] [--bootstrap_epochs 3] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
-its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed), then:
+its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed; `--bootstrap_epochs`
+its passes over the mixture), then:
 
 - `single`: the quickstart recipe (correctness reward), one program per question;
 - `repair`: the same reward over two-turn episodes: a program that fails to run or fails its visual
@@ -74,6 +75,8 @@ from vprl.train.bootstrap.repair_pairs import REPAIR_FEEDBACK, UNIT_TESTS  # noq
 REPO = Path(__file__).resolve().parents[1]
 EVAL_CONFIG = REPO / "configs/eval/shapes_repair.yaml"
 SENTINEL = "zq-sentinel-answer-3517"
+# The bootstrap's passes over its mixture in every record from before `--bootstrap_epochs` existed.
+BOOTSTRAP_EPOCHS = 3.0
 # The episodes the bootstrap's repair examples show (the same feedback and unit tests).
 EPISODES = (
     f"--repair_max_turns 2 --repair_stop_when {REPAIR_FEEDBACK.stop_when} --repair_check {REPAIR_FEEDBACK.check}"
@@ -102,6 +105,7 @@ def policy_for(seed: int, args: argparse.Namespace) -> Path:
     more = {
         "repair_share": args.repair_share,
         "repair_noun_share": args.repair_noun_share,
+        "epochs": args.bootstrap_epochs,
         "context": 1024,
         "threads": args.threads,
     }
@@ -194,6 +198,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "max_steps": args.max_steps,
         "repair_share": args.repair_share,
         "repair_noun_share": args.repair_noun_share,
+        "bootstrap_epochs": args.bootstrap_epochs,
         "pass_threshold": args.pass_threshold,
         **arm_settings(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
@@ -269,6 +274,12 @@ def main(argv: list[str] | None = None) -> dict:
         default=0.4,
         help="the share of those whose wrong program names another shape (default: 0.4, docs/repair.md; "
         "the 60-step run of 3 seeds had 0)",
+    )
+    parser.add_argument(
+        "--bootstrap_epochs",
+        type=float,
+        default=BOOTSTRAP_EPOCHS,
+        help="the bootstrap's passes over its mixture, repair examples included (default: 3)",
     )
     parser.add_argument(
         "--pass_threshold",
@@ -353,6 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_steps=args.max_steps,
         repair_share=args.repair_share,
         repair_noun_share=args.repair_noun_share,
+        bootstrap_epochs=args.bootstrap_epochs,
         pass_threshold=args.pass_threshold,
         eval_config=settings_of(EVAL_CONFIG),
         eval_args=eval_args(args),
@@ -362,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
         for r in done
         if r["seed"] in seeds
         and r["arm"] in arms
-        and all(r.get(k) == v for k, v in wanted.items())
+        and all(r.get(k, BOOTSTRAP_EPOCHS if k == "bootstrap_epochs" else None) == v for k, v in wanted.items())
         and all(r.get(k, ARM_SETTINGS[k][1]) == v for k, v in arm_settings(r["arm"], args).items())
     ]
     for seed in seeds:
@@ -376,7 +388,12 @@ def main(argv: list[str] | None = None) -> dict:
             with open(runs_file, "a", encoding="utf-8") as f:
                 f.write(json.dumps(run) + "\n")
     summary = summarize(runs, out / "shapes_eval", list(ARMS))
-    summary.update(max_steps=args.max_steps, repair_share=args.repair_share, repair_noun_share=args.repair_noun_share)
+    summary.update(
+        max_steps=args.max_steps,
+        repair_share=args.repair_share,
+        repair_noun_share=args.repair_noun_share,
+        bootstrap_epochs=args.bootstrap_epochs,
+    )
     (out / "repair.json").write_text(json.dumps(summary, indent=2))
     plot(runs, out / "repair_rate.png")
     print("\n" + markdown(summary))
