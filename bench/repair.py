@@ -4,11 +4,12 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
         [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
         [--turn_advantage 0] [--first_credit episode] [--later_credit episode]
-        [--later_turns greedy] [--bootstrap_epochs 3] [--threads 2]
+        [--later_turns greedy] [--bootstrap_epochs 3] [--relabel_share 0] [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed; `--bootstrap_epochs`
-its passes over the mixture), then:
+its passes over the mixture, `--relabel_share` the share of its question pairs with their shape and
+colour words permuted, which teaches copying nouns from the question), then:
 
 - `single`: the quickstart recipe (correctness reward), one program per question;
 - `repair`: the same reward over two-turn episodes: a program that fails to run or fails its visual
@@ -75,8 +76,10 @@ from vprl.train.bootstrap.repair_pairs import REPAIR_FEEDBACK, UNIT_TESTS  # noq
 REPO = Path(__file__).resolve().parents[1]
 EVAL_CONFIG = REPO / "configs/eval/shapes_repair.yaml"
 SENTINEL = "zq-sentinel-answer-3517"
-# The bootstrap's passes over its mixture in every record from before `--bootstrap_epochs` existed.
+# The bootstrap's settings in every record from before their flags existed: its passes over the
+# mixture (`--bootstrap_epochs`) and its share of relabelled pairs (`--relabel_share`).
 BOOTSTRAP_EPOCHS = 3.0
+BOOTSTRAP_BEFORE = {"bootstrap_epochs": BOOTSTRAP_EPOCHS, "relabel_share": 0.0}
 # The episodes the bootstrap's repair examples show (the same feedback and unit tests).
 EPISODES = (
     f"--repair_max_turns 2 --repair_stop_when {REPAIR_FEEDBACK.stop_when} --repair_check {REPAIR_FEEDBACK.check}"
@@ -106,6 +109,7 @@ def policy_for(seed: int, args: argparse.Namespace) -> Path:
         "repair_share": args.repair_share,
         "repair_noun_share": args.repair_noun_share,
         "epochs": args.bootstrap_epochs,
+        "relabel_share": args.relabel_share,
         "context": 1024,
         "threads": args.threads,
     }
@@ -199,6 +203,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "repair_share": args.repair_share,
         "repair_noun_share": args.repair_noun_share,
         "bootstrap_epochs": args.bootstrap_epochs,
+        "relabel_share": args.relabel_share,
         "pass_threshold": args.pass_threshold,
         **arm_settings(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
@@ -280,6 +285,13 @@ def main(argv: list[str] | None = None) -> dict:
         type=float,
         default=BOOTSTRAP_EPOCHS,
         help="the bootstrap's passes over its mixture, repair examples included (default: 3)",
+    )
+    parser.add_argument(
+        "--relabel_share",
+        type=float,
+        default=0.0,
+        help="the bootstrap's share of question pairs with shape and colour words permuted in question and program "
+        "(default: 0)",
     )
     parser.add_argument(
         "--pass_threshold",
@@ -365,6 +377,7 @@ def main(argv: list[str] | None = None) -> dict:
         repair_share=args.repair_share,
         repair_noun_share=args.repair_noun_share,
         bootstrap_epochs=args.bootstrap_epochs,
+        relabel_share=args.relabel_share,
         pass_threshold=args.pass_threshold,
         eval_config=settings_of(EVAL_CONFIG),
         eval_args=eval_args(args),
@@ -374,7 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
         for r in done
         if r["seed"] in seeds
         and r["arm"] in arms
-        and all(r.get(k, BOOTSTRAP_EPOCHS if k == "bootstrap_epochs" else None) == v for k, v in wanted.items())
+        and all(r.get(k, BOOTSTRAP_BEFORE.get(k)) == v for k, v in wanted.items())
         and all(r.get(k, ARM_SETTINGS[k][1]) == v for k, v in arm_settings(r["arm"], args).items())
     ]
     for seed in seeds:
@@ -393,6 +406,7 @@ def main(argv: list[str] | None = None) -> dict:
         repair_share=args.repair_share,
         repair_noun_share=args.repair_noun_share,
         bootstrap_epochs=args.bootstrap_epochs,
+        relabel_share=args.relabel_share,
     )
     (out / "repair.json").write_text(json.dumps(summary, indent=2))
     plot(runs, out / "repair_rate.png")

@@ -48,6 +48,7 @@ from vprl.train.bootstrap.check import PolicyEval, evaluate_policy, format_table
 from vprl.train.bootstrap.mixture import plan_mixture
 from vprl.train.bootstrap.other_tasks import other_tasks, task_family
 from vprl.train.bootstrap.pairs import SFTPair
+from vprl.train.bootstrap.relabel import relabel_pairs
 from vprl.train.bootstrap.repair_pairs import REPAIR_FORMAT, add_repair_pairs, repair_figures, within_context
 from vprl.train.policy.tiny import TinyModelConfig, build_model, parameter_count, train_tokenizer
 from vprl.train.prompts import PromptConfig, PromptTemplate
@@ -63,6 +64,7 @@ LATER_KEYS = {
     "world_refcoco": 4,
     "repair_share": 0.0,
     "repair_noun_share": 0.0,
+    "relabel_share": 0.0,
 }
 
 
@@ -103,6 +105,10 @@ class BootstrapConfig(TinyModelConfig):
         default=0.75, metadata={"help": "share of a weak family's mistakes that are its dominant one"}
     )
     copies: int = field(default=2, metadata={"help": "target programs drawn per training question"})
+    relabel_share: float = field(
+        default=0.0,
+        metadata={"help": "share of the question pairs with shape and colour words permuted in both (relabel.py)"},
+    )
     repair_share: float = field(
         default=0.0, metadata={"help": "share of the pairs that are repair examples (repair_pairs.py)"}
     )
@@ -140,7 +146,7 @@ class BootstrapConfig(TinyModelConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the sizes
-        for name in ("weak_share", "gold_strong", "gold_weak", "dominant"):
+        for name in ("weak_share", "gold_strong", "gold_weak", "dominant", "relabel_share"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"BootstrapConfig.{name} must be in [0, 1], got {value}")
@@ -281,6 +287,9 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
         both = pairs + more
         pairs = [both[int(i)] for i in np.random.default_rng([cfg.seed, 2]).permutation(len(both))]
         plan.update(more_plan)
+    relabelled = 0
+    if cfg.relabel_share > 0:  # a generator of its own: the rest of the mixture is drawn as without it
+        pairs, relabelled = relabel_pairs(pairs, cfg.relabel_share, np.random.default_rng([cfg.seed, 3]))
     repair = None
     if cfg.repair_share > 0:  # drawn with a generator of their own too
         pairs, repair = add_repair_pairs(pairs, tasks["train"], gold, cfg, root, out)
@@ -328,6 +337,7 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
         "vocabulary": len(tokenizer),
         "sft_pairs": len(pairs),
         "mixture": plan,
+        **({"relabelled_pairs": relabelled} if cfg.relabel_share > 0 else {}),
         **({"repair_examples": repair} if repair else {}),
         "training": training,
         "evaluation": {name: e.to_json() for name, e in evals.items()},
