@@ -46,6 +46,7 @@ from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.train.bootstrap.check import PolicyEval, evaluate_policy, format_table
 from vprl.train.bootstrap.mixture import plan_mixture
+from vprl.train.bootstrap.noun_copy import noun_copy
 from vprl.train.bootstrap.other_tasks import other_tasks, task_family
 from vprl.train.bootstrap.pairs import SFTPair
 from vprl.train.bootstrap.relabel import relabel_pairs
@@ -65,6 +66,7 @@ LATER_KEYS = {
     "repair_share": 0.0,
     "repair_noun_share": 0.0,
     "relabel_share": 0.0,
+    "init_seed": -1,
 }
 
 
@@ -85,6 +87,12 @@ class BootstrapConfig(TinyModelConfig):
 
     out: str = field(default="runs/tiny_policy", metadata={"help": "folder of the policy (cached by this recipe)"})
     seed: int = field(default=0, metadata={"help": "seed of the world, the mixture and training"})
+    init_seed: int = field(
+        default=-1,
+        metadata={
+            "help": "seed of the initial weights and of SFT's order and dropout (-1: `seed`'s); world and mixture keep `seed`"
+        },
+    )
     # the world trained on (its validation questions are the evaluation's)
     world_train: int = field(default=1100, metadata={"help": "training images of the shapes world"})
     world_val: int = field(default=150, metadata={"help": "validation images of the shapes world"})
@@ -165,12 +173,20 @@ class BootstrapConfig(TinyModelConfig):
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"BootstrapConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.init_seed < -1:
+            raise ValueError(f"BootstrapConfig.init_seed must be -1 (the seed's) or >= 0, got {self.init_seed}")
         for name in ("world_winoground", "world_sugarcrepe", "world_refcoco"):
             if getattr(self, name) < 0:
                 raise ValueError(f"BootstrapConfig.{name} must be >= 0, got {getattr(self, name)}")
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown or "vqa" not in self.tasks:
             raise ValueError(f"BootstrapConfig.tasks: {list(self.tasks)} must hold vqa and only {', '.join(TASKS)}")
+
+    @property
+    def training_seed(self) -> int:
+        """The initial weights' and SFT's seed: `init_seed`, or `seed` where it is -1 (every policy
+        built before `init_seed` existed), so a seed's world can be trained from other weights."""
+        return self.seed if self.init_seed == -1 else self.init_seed
 
     def model_config(self) -> TinyModelConfig:
         return TinyModelConfig(**{f.name: getattr(self, f.name) for f in fields(TinyModelConfig)})
@@ -232,8 +248,8 @@ def sft(model, tokenizer, pairs: list[SFTPair], cfg: BootstrapConfig, work: Path
         report_to="none",
         use_cpu=True,
         bf16=False,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
+        seed=cfg.training_seed,
+        data_seed=cfg.training_seed,
         dataloader_num_workers=0,
         disable_tqdm=False,
     )
@@ -298,7 +314,7 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
     tokenizer = train_tokenizer(corpus, cfg.vocab_size, cfg.context)
     if repair:
         pairs, repair["too_long"] = within_context(pairs, tokenizer, cfg.context)
-    model = build_model(tokenizer, cfg.model_config(), seed=cfg.seed)
+    model = build_model(tokenizer, cfg.model_config(), seed=cfg.training_seed)
     timings["data_s"] = time.perf_counter() - t
     n_params = parameter_count(model)
     print(f"tiny policy: {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}, {len(pairs)} SFT pairs")
@@ -324,6 +340,7 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
             name: replace(e, repair=repair_figures(model, tokenizer, tasks[name][: e.overall.n], root, out, cfg))
             for name, e in evals.items()
         }
+    copies = {name: noun_copy(model, tokenizer, tasks[name][: e.overall.n], gold) for name, e in evals.items()}
     timings["eval_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
     cpu = os.times()
@@ -341,11 +358,18 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
         **({"repair_examples": repair} if repair else {}),
         "training": training,
         "evaluation": {name: e.to_json() for name, e in evals.items()},
+        "noun_copy": copies,
         "timings": {k: round(v, 1) for k, v in timings.items()},
     }
     (out / "bootstrap.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     for name, e in evals.items():
         print(f"\n{name}:\n{format_table(e)}")
+        if copies[name]["questions"]:
+            c = copies[name]
+            print(
+                f"noun copy: P(the question's shape | a shape) {c['p_right']:.3f}, the likeliest shape "
+                f"{100 * c['argmax_right']:.1f}% of {c['questions']} questions"
+            )
     print(
         f"\nbootstrap: {timings['total_s']:.0f}s in all ({timings['cpu_s']:.0f} CPU-s); "
         f"policy and bootstrap.json in {out}"

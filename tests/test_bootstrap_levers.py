@@ -1,0 +1,164 @@
+"""The bootstrap's levers on whether its policy copies its question's nouns: relabelled pairs
+(`relabel.py`: shape and colour words permuted in a pair's question and program alike give the
+right program of the permuted question), the initial weights' own seed (`init_seed`), and the
+figure that reads it (`noun_copy.py`). Each is out of the cache key at its default."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vprl.data.records import Example
+from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
+from vprl.data.shapes.scene import COLORS, SHAPES
+from vprl.train.bootstrap.fit import BootstrapConfig, main
+from vprl.train.bootstrap.noun_copy import noun_copy
+from vprl.train.bootstrap.pairs import SFTPair, body
+from vprl.train.bootstrap.relabel import permutation, relabel_pairs, relabel_text
+from vprl.train.policy.tiny import train_tokenizer
+from vprl.train.prompts import PromptConfig, build_prompt
+
+
+def test_permutation_maps_shapes_to_shapes_and_colours_to_colours_one_to_one():
+    for seed in range(20):
+        mapping = permutation(np.random.default_rng(seed))
+        assert sorted(mapping[s] for s in SHAPES) == sorted(SHAPES)
+        assert sorted(mapping[c] for c in COLORS) == sorted(COLORS)
+    assert len({tuple(permutation(np.random.default_rng(s)).items()) for s in range(20)}) > 15
+
+
+def test_relabel_swaps_words_at_once_keeps_plurals_and_leaves_other_words():
+    swap = {w: w for w in SHAPES + COLORS} | {"star": "circle", "circle": "star", "red": "cyan", "cyan": "red"}
+    text = '# Is the red star left of the cyan circles? start predicate\nfind("red stars")'
+    assert (
+        relabel_text(text, swap) == '# Is the cyan circle left of the red stars? start predicate\nfind("cyan circles")'
+    )
+
+
+@pytest.fixture(scope="module")
+def world_gold(tmp_path_factory):
+    root = tmp_path_factory.mktemp("relabel") / "world"
+    build_dataset(
+        BuildConfig(out=str(root), train=150, val=2, winoground=0, sugarcrepe=0, refcoco=0, seed=4, workers=1)
+    )
+    return load_gold_programs(root)["vqa"]
+
+
+def test_a_relabelled_world_question_gets_the_worlds_own_program_for_it(world_gold):
+    """Where the permuted question is a question of the world too, the permuted program is the
+    world's gold program for it, character for character: a relabelled pair is a right pair."""
+    rng = np.random.default_rng(0)
+    checked = 0
+    for query, program in world_gold.items():
+        for _ in range(6):
+            mapping = permutation(rng)
+            other = relabel_text(query, mapping)
+            if other != query and other in world_gold:
+                assert relabel_text(program, mapping) == world_gold[other], (query, other)
+                checked += 1
+    assert checked >= 50, checked
+
+
+def test_relabel_pairs_keeps_the_mixture_and_changes_about_its_share():
+    pairs = [
+        SFTPair(str(i), "fam", "gold", f"# Is the star red? {i}\ndef f():", '\n    return find("red star")\n')
+        for i in range(400)
+    ]
+    same, n = relabel_pairs(pairs, 0.0, np.random.default_rng(0))
+    assert same == pairs and n == 0
+    out, n = relabel_pairs(pairs, 0.5, np.random.default_rng(0))
+    assert len(out) == 400 and 160 < n < 240
+    assert [(p.example_id, p.family, p.kind) for p in out] == [(p.example_id, p.family, p.kind) for p in pairs]
+    changed = [o for o, p in zip(out, pairs, strict=True) if o != p]
+    assert n - 20 < len(changed) <= n  # a permutation can map star and red to themselves
+    for o in changed:  # question and program moved together
+        shape, colour = o.completion.split('"')[1].split()[::-1]
+        assert o.prompt.startswith(f"# Is the {shape} {colour}?")
+    with pytest.raises(ValueError, match="relabel share"):
+        relabel_pairs(pairs, 1.5, np.random.default_rng(0))
+
+
+def test_relabel_share_stays_out_of_the_cache_key_at_zero_and_is_checked():
+    assert BootstrapConfig(relabel_share=0.0).key() == BootstrapConfig().key()
+    assert BootstrapConfig(relabel_share=0.5).key() != BootstrapConfig().key()
+    with pytest.raises(ValueError, match="relabel_share"):
+        BootstrapConfig(relabel_share=1.2)
+
+
+TINY = [
+    "--world_train", "20", "--world_val", "4", "--copies", "1", "--max_steps", "1", "--batch_size", "4",
+    "--vocab_size", "1024", "--hidden_size", "16", "--num_layers", "1", "--num_heads", "2",
+    "--intermediate_size", "32", "--context", "256", "--eval_val", "2", "--eval_heldout", "0",
+    "--num_generations", "2", "--max_completion_length", "8", "--tool_stack", "oracle", "--threads", "1",
+]  # fmt: skip
+
+
+def test_bootstrap_records_its_relabelled_pairs_and_its_noun_copy(tmp_path):
+    summary = main(["--out", str(tmp_path / "policy"), "--seed", "2", *TINY, "--relabel_share", "1.0"])
+    assert summary["relabelled_pairs"] == summary["sft_pairs"] > 0
+    plain = main(["--out", str(tmp_path / "plain"), "--seed", "2", *TINY])
+    assert "relabelled_pairs" not in plain
+    copy = plain["noun_copy"]["val"]
+    assert copy["questions"] >= 1 and 0 <= copy["p_right"] <= 1 and 0 <= copy["argmax_right"] <= 1
+
+
+def test_init_seed_changes_the_weights_and_nothing_of_the_data(tmp_path):
+    """`init_seed` equal to the seed is the seed's own policy, weight for weight; another one trains
+    other weights on the same world and the same mixture."""
+    runs = {name: main(["--out", str(tmp_path / name), "--seed", "2", *TINY, *more]) for name, more in (
+        ("own", []), ("same", ["--init_seed", "2"]), ("other", ["--init_seed", "5"]))}  # fmt: skip
+    weights = {name: load_file(str(tmp_path / name / "model.safetensors")) for name in runs}
+    assert weights["own"].keys() == weights["other"].keys()
+    assert all(torch.equal(weights["own"][k], weights["same"][k]) for k in weights["own"])
+    assert not all(torch.equal(weights["own"][k], weights["other"][k]) for k in weights["own"])
+    assert (
+        runs["own"]["mixture"] == runs["other"]["mixture"] and runs["own"]["sft_pairs"] == runs["other"]["sft_pairs"]
+    )
+    assert BootstrapConfig(init_seed=-1).key() == BootstrapConfig().key() != BootstrapConfig(init_seed=0).key()
+    with pytest.raises(ValueError, match="init_seed"):
+        BootstrapConfig(init_seed=-2)
+
+
+QUESTIONS = {
+    "Is the star red?": 'def execute_command(image):\n    return bool_to_yesno(ImagePatch(image).exists("red star"))\n',
+    "How many circles are there?": 'def execute_command(image):\n    return str(len(ImagePatch(image).find("circles")))\n',
+    "Is the hexagon above the square?": 'def execute_command(image):\n    a = ImagePatch(image).find("hexagon")[0]\n',
+    "What color is the large blue object?": 'def execute_command(image):\n    return ImagePatch(image).find("blue object")\n',
+}
+
+
+class _Policy(torch.nn.Module):
+    """Next-token logits from the text so far: a copier favours the first shape of the question's
+    line, a recaller always "triangle"."""
+
+    def __init__(self, tokenizer, copies: bool):
+        super().__init__()
+        self.tokenizer, self.copies = tokenizer, copies
+
+    def forward(self, input_ids, attention_mask=None):
+        text = self.tokenizer.decode(input_ids[0], skip_special_tokens=True)
+        question = text.split("\n")[0]
+        shape = next((s for s in sorted(SHAPES, key=question.find) if s in question), "triangle")
+        logits = torch.zeros(1, input_ids.shape[1], len(self.tokenizer))
+        logits[0, -1, self.tokenizer.convert_tokens_to_ids(shape if self.copies else "triangle")] = 4.0
+        return SimpleNamespace(logits=logits)
+
+
+def test_noun_copy_reads_whether_the_policy_copies_its_questions_shape():
+    texts = [build_prompt(q, PromptConfig(layout="bare")) + body(p) for q, p in QUESTIONS.items()] * 20
+    tokenizer = train_tokenizer(texts + [" ".join(SHAPES)] * 20, vocab_size=400, context=128)
+    examples = [
+        Example(id=str(i), dataset="shapes", task="vqa", query=q, image="x.png")
+        for i, q in enumerate([*QUESTIONS, "Is the star red?"])
+    ]
+    one = np.exp(4.0) / (np.exp(4.0) + 4)  # the favoured shape among five
+    copier = noun_copy(_Policy(tokenizer, True), tokenizer, examples, QUESTIONS)
+    assert copier["questions"] == 3  # distinct questions, and only those whose program names a shape
+    assert copier["p_right"] == pytest.approx(one, abs=1e-4) and copier["argmax_right"] == 1.0
+    recaller = noun_copy(_Policy(tokenizer, False), tokenizer, examples, QUESTIONS)
+    assert recaller["p_right"] == pytest.approx((1 - one) / 4, abs=1e-4) and recaller["argmax_right"] == 0.0
+    small = train_tokenizer(["# Is the star red?"] * 5, vocab_size=300, context=64)  # no "hexagon" token
+    skipped = noun_copy(_Policy(small, True), small, examples, QUESTIONS)
+    assert skipped["questions"] == 0 and skipped["p_right"] is None and "hexagon" in skipped["skipped"]
