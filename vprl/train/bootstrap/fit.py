@@ -24,6 +24,11 @@ With `--repair_share S`, a share S of the pairs are repair examples (`repair_pai
 program, the feedback of its real run, the gold after it) and the measurement adds how often the
 greedy policy's second program, written after that feedback, passes and is right.
 
+`bootstrap.json` also says whether the policy copies its question's shape into its program
+(`noun_copy.py`): tiny policies learn it or do not, and which one follows the initial weights and
+SFT's order (`--init_seed`, apart from the world's and the mixture's `--seed`) more than the world. `--relabel_share R`
+permutes the shape and colour words of a share R of the question pairs (`relabel.py`).
+
 Everything lands in DIR: model and tokenizer (safetensors), `bootstrap.json` (config, seed,
 mixture, accuracies, timings) and the world it was trained on. Re-running with the same config
 finds `bootstrap.json` and returns at once; `ensure_tiny_policy(cfg)` is that for other scripts.
