@@ -26,8 +26,9 @@ greedy policy's second program, written after that feedback, passes and is right
 
 `bootstrap.json` also says whether the policy copies its question's shape into its program
 (`noun_copy.py`): tiny policies learn it or do not, and which one follows the initial weights and
-SFT's order (`--init_seed`, apart from the world's and the mixture's `--seed`) more than the world. `--relabel_share R`
-permutes the shape and colour words of a share R of the question pairs (`relabel.py`).
+SFT's order (`--init_seed`, apart from the world's and the mixture's `--seed`) more than the
+world. `--relabel_share R` permutes the shape and colour words of a share R of the question pairs
+(`relabel.py`).
 
 Everything lands in DIR: model and tokenizer (safetensors), `bootstrap.json` (config, seed,
 mixture, accuracies, timings) and the world it was trained on. Re-running with the same config
@@ -91,7 +92,7 @@ class BootstrapConfig(TinyModelConfig):
     """The tiny policy's recipe: the model's sizes (`TinyModelConfig`'s fields), then these."""
 
     out: str = field(default="runs/tiny_policy", metadata={"help": "folder of the policy (cached by this recipe)"})
-    seed: int = field(default=0, metadata={"help": "seed of the world, the mixture and training"})
+    seed: int = field(default=0, metadata={"help": "seed of the world, the mixture and (unless init_seed) training"})
     init_seed: int = field(
         default=-1,
         metadata={
