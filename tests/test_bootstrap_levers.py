@@ -100,7 +100,7 @@ def test_bootstrap_records_its_relabelled_pairs_and_its_noun_copy(tmp_path):
     assert summary["relabelled_pairs"] == summary["sft_pairs"] > 0
     plain = main(["--out", str(tmp_path / "plain"), "--seed", "2", *TINY])
     assert "relabelled_pairs" not in plain
-    copy = plain["noun_copy"]["val"]
+    copy = plain["noun_copy"]["val"]["shape"]
     assert copy["questions"] >= 1 and 0 <= copy["p_right"] <= 1 and 0 <= copy["argmax_right"] <= 1
 
 
@@ -130,35 +130,39 @@ QUESTIONS = {
 
 
 class _Policy(torch.nn.Module):
-    """Next-token logits from the text so far: a copier favours the first shape of the question's
-    line, a recaller always "triangle"."""
+    """Next-token logits from the text so far: a copier favours the first shape and the first colour
+    of the question's line, a recaller always "triangle" and "green"."""
 
     def __init__(self, tokenizer, copies: bool):
         super().__init__()
         self.tokenizer, self.copies = tokenizer, copies
 
     def forward(self, input_ids, attention_mask=None):
-        text = self.tokenizer.decode(input_ids[0], skip_special_tokens=True)
-        question = text.split("\n")[0]
-        shape = next((s for s in sorted(SHAPES, key=question.find) if s in question), "triangle")
+        question = self.tokenizer.decode(input_ids[0], skip_special_tokens=True).split("\n")[0]
         logits = torch.zeros(1, input_ids.shape[1], len(self.tokenizer))
-        logits[0, -1, self.tokenizer.convert_tokens_to_ids(shape if self.copies else "triangle")] = 4.0
+        for words, recalled in ((SHAPES, "triangle"), (COLORS, "green")):
+            word = min((w for w in words if w in question), key=question.find, default=recalled)
+            logits[0, -1, self.tokenizer.convert_tokens_to_ids(word if self.copies else recalled)] = 4.0
         return SimpleNamespace(logits=logits)
 
 
-def test_noun_copy_reads_whether_the_policy_copies_its_questions_shape():
+def test_noun_copy_reads_whether_the_policy_copies_its_questions_shape_and_colour():
     texts = [build_prompt(q, PromptConfig(layout="bare")) + body(p) for q, p in QUESTIONS.items()] * 20
-    tokenizer = train_tokenizer(texts + [" ".join(SHAPES)] * 20, vocab_size=400, context=128)
+    tokenizer = train_tokenizer(texts + [" ".join(SHAPES + COLORS)] * 20, vocab_size=400, context=128)
     examples = [
         Example(id=str(i), dataset="shapes", task="vqa", query=q, image="x.png")
         for i, q in enumerate([*QUESTIONS, "Is the star red?"])
     ]
-    one = np.exp(4.0) / (np.exp(4.0) + 4)  # the favoured shape among five
+    favoured = {kind: np.exp(4.0) / (np.exp(4.0) + n - 1) for kind, n in (("shape", 5), ("colour", 8))}
     copier = noun_copy(_Policy(tokenizer, True), tokenizer, examples, QUESTIONS)
-    assert copier["questions"] == 3  # distinct questions, and only those whose program names a shape
-    assert copier["p_right"] == pytest.approx(one, abs=1e-4) and copier["argmax_right"] == 1.0
+    # distinct questions, and only those whose program names a word of the kind
+    assert copier["shape"]["questions"] == 3 and copier["colour"]["questions"] == 2
     recaller = noun_copy(_Policy(tokenizer, False), tokenizer, examples, QUESTIONS)
-    assert recaller["p_right"] == pytest.approx((1 - one) / 4, abs=1e-4) and recaller["argmax_right"] == 0.0
+    for kind, n in (("shape", 5), ("colour", 8)):
+        assert copier[kind]["p_right"] == pytest.approx(favoured[kind], abs=1e-4)
+        assert copier[kind]["argmax_right"] == 1.0
+        assert recaller[kind]["p_right"] == pytest.approx((1 - favoured[kind]) / (n - 1), abs=1e-4)
+        assert recaller[kind]["argmax_right"] == 0.0
     small = train_tokenizer(["# Is the star red?"] * 5, vocab_size=300, context=64)  # no "hexagon" token
-    skipped = noun_copy(_Policy(small, True), small, examples, QUESTIONS)
+    skipped = noun_copy(_Policy(small, True), small, examples, QUESTIONS)["shape"]
     assert skipped["questions"] == 0 and skipped["p_right"] is None and "hexagon" in skipped["skipped"]

@@ -24,10 +24,10 @@ With `--repair_share S`, a share S of the pairs are repair examples (`repair_pai
 program, the feedback of its real run, the gold after it) and the measurement adds how often the
 greedy policy's second program, written after that feedback, passes and is right.
 
-`bootstrap.json` also says whether the policy copies its question's shape into its program
-(`noun_copy.py`): tiny policies learn it or do not, and which one follows the initial weights and
-SFT's order (`--init_seed`, apart from the world's and the mixture's `--seed`) more than the
-world. `--relabel_share R` permutes the shape and colour words of a share R of the question pairs
+`bootstrap.json` also says whether the policy copies its question's shape and colour into its
+program (`noun_copy.py`): tiny policies learn it or do not, and which one follows the initial
+weights and SFT's order (`--init_seed`, apart from the world's and the mixture's `--seed`) more
+than the world. `--relabel_share R` permutes the shape and colour words of a share R of the question pairs
 (`relabel.py`).
 
 Everything lands in DIR: model and tokenizer (safetensors), `bootstrap.json` (config, seed,
@@ -370,12 +370,12 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
     (out / "bootstrap.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     for name, e in evals.items():
         print(f"\n{name}:\n{format_table(e)}")
-        if copies[name]["questions"]:
-            c = copies[name]
-            print(
-                f"noun copy: P(the question's shape | a shape) {c['p_right']:.3f}, the likeliest shape "
-                f"{100 * c['argmax_right']:.1f}% of {c['questions']} questions"
-            )
+        for kind, c in copies[name].items():
+            if c["questions"]:
+                print(
+                    f"{kind} copy: P(the question's {kind} | a {kind}) {c['p_right']:.3f}, the likeliest "
+                    f"{100 * c['argmax_right']:.1f}% of {c['questions']} questions"
+                )
     print(
         f"\nbootstrap: {timings['total_s']:.0f}s in all ({timings['cpu_s']:.0f} CPU-s); "
         f"policy and bootstrap.json in {out}"
