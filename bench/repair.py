@@ -9,7 +9,8 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed; `--bootstrap_epochs`
 its passes over the mixture, `--relabel_share` the share of its question pairs with their shape and
-colour words permuted, which teaches copying nouns from the question), then:
+colour words permuted, meant to teach copying the question's nouns, which it did not: docs/benchmarks.md),
+then:
 
 - `single`: the quickstart recipe (correctness reward), one program per question;
 - `repair`: the same reward over two-turn episodes: a program that fails to run or fails its visual
