@@ -28,7 +28,7 @@ greedy policy's second program, written after that feedback, passes and is right
 program (`noun_copy.py`): tiny policies learn it or do not, and which one follows the initial
 weights and SFT's order (`--init_seed`, apart from the world's and the mixture's `--seed`) more
 than the world. `--relabel_share R` permutes the shape and colour words of a share R of the question pairs
-(`relabel.py`).
+(`relabel.py`), and `--noun_weight W` weighs those words W times in SFT's loss (`noun_weight.py`).
 
 Everything lands in DIR: model and tokenizer (safetensors), `bootstrap.json` (config, seed,
 mixture, accuracies, timings) and the world it was trained on. Re-running with the same config
@@ -53,6 +53,7 @@ from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.train.bootstrap.check import PolicyEval, evaluate_policy, format_table
 from vprl.train.bootstrap.mixture import plan_mixture
 from vprl.train.bootstrap.noun_copy import noun_copy
+from vprl.train.bootstrap.noun_weight import noun_weighted_loss
 from vprl.train.bootstrap.other_tasks import other_tasks, task_family
 from vprl.train.bootstrap.pairs import SFTPair
 from vprl.train.bootstrap.relabel import relabel_pairs
@@ -73,6 +74,7 @@ LATER_KEYS = {
     "repair_noun_share": 0.0,
     "relabel_share": 0.0,
     "init_seed": -1,
+    "noun_weight": 1.0,
 }
 
 
@@ -135,6 +137,9 @@ class BootstrapConfig(TinyModelConfig):
     max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (-1: epochs decide)"})
     batch_size: int = field(default=16, metadata={"help": "sequences per step"})
     learning_rate: float = field(default=5e-3, metadata={"help": "peak learning rate"})
+    noun_weight: float = field(
+        default=1.0, metadata={"help": "loss weight of the target programs' shape and colour words (noun_weight.py)"}
+    )
     warmup_steps: float = field(default=0.05, metadata={"help": "warm-up: steps, or a ratio of all steps below 1"})
     # evaluation: greedy and sampled programs on `eval_val` questions of the training families on new
     # images and `eval_heldout` of the held-out families
@@ -179,6 +184,8 @@ class BootstrapConfig(TinyModelConfig):
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"BootstrapConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.noun_weight <= 0:
+            raise ValueError(f"BootstrapConfig.noun_weight must be > 0, got {self.noun_weight}")
         if self.init_seed < -1:
             raise ValueError(f"BootstrapConfig.init_seed must be -1 (the seed's) or >= 0, got {self.init_seed}")
         for name in ("world_winoground", "world_sugarcrepe", "world_refcoco"):
@@ -259,7 +266,9 @@ def sft(model, tokenizer, pairs: list[SFTPair], cfg: BootstrapConfig, work: Path
         dataloader_num_workers=0,
         disable_tqdm=False,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    # trl's own loss unless the nouns weigh more: the hook adds a forward for trl's metrics
+    weighted = {"compute_loss_func": noun_weighted_loss(tokenizer, cfg.noun_weight)} if cfg.noun_weight != 1 else {}
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, **weighted)
     first = trainer.train_dataset[0]["input_ids"]
     if first.count(tokenizer.bos_token_id) != 1 or first[0] != tokenizer.bos_token_id:
         raise RuntimeError(f"SFT sequences must start with exactly one BOS; got ids {first[:8]}...")
