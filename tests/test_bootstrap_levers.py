@@ -1,7 +1,8 @@
 """The bootstrap's levers on whether its policy copies its question's nouns: relabelled pairs
 (`relabel.py`: shape and colour words permuted in a pair's question and program alike give the
-right program of the permuted question), the initial weights' own seed (`init_seed`), and the
-figure that reads it (`noun_copy.py`). Each is out of the cache key at its default."""
+right program of the permuted question), the initial weights' own seed (`init_seed`), a heavier
+loss on the programs' nouns (`noun_weight.py`), and the figure that reads the copy
+(`noun_copy.py`). Each is out of the cache key at its default."""
 
 from types import SimpleNamespace
 
@@ -15,9 +16,10 @@ from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
 from vprl.data.shapes.scene import COLORS, SHAPES
 from vprl.train.bootstrap.fit import BootstrapConfig, main
 from vprl.train.bootstrap.noun_copy import noun_copy
+from vprl.train.bootstrap.noun_weight import noun_token_ids, noun_weighted_loss
 from vprl.train.bootstrap.pairs import SFTPair, body
 from vprl.train.bootstrap.relabel import permutation, relabel_pairs, relabel_text
-from vprl.train.policy.tiny import train_tokenizer
+from vprl.train.policy.tiny import TinyModelConfig, build_model, train_tokenizer
 from vprl.train.prompts import PromptConfig, build_prompt
 
 
@@ -166,3 +168,68 @@ def test_noun_copy_reads_whether_the_policy_copies_its_questions_shape_and_colou
     small = train_tokenizer(["# Is the star red?"] * 5, vocab_size=300, context=64)  # no "hexagon" token
     skipped = noun_copy(_Policy(small, True), small, examples, QUESTIONS)["shape"]
     assert skipped["questions"] == 0 and skipped["p_right"] is None and "hexagon" in skipped["skipped"]
+
+
+@pytest.fixture(scope="module")
+def weighted_batch():
+    """A tiny Llama, a tokenizer holding every shape and colour word whole, and a batch of three
+    question-program pairs labelled as SFT's completion-only collator labels them."""
+    texts = [build_prompt(q, PromptConfig(layout="bare")) + body(p) for q, p in QUESTIONS.items()]
+    tokenizer = train_tokenizer(texts * 20 + [" ".join(SHAPES + COLORS)] * 20, vocab_size=400, context=128)
+    config = TinyModelConfig(vocab_size=400, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    model = build_model(tokenizer, config, seed=0)
+    rows = [tokenizer(t)["input_ids"] for t in texts[:3]]
+    width = max(map(len, rows))
+    input_ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+    labels = input_ids.clone()
+    for i, (query, row) in enumerate(zip(QUESTIONS, rows)):
+        prompt = len(tokenizer(build_prompt(query, PromptConfig(layout="bare")))["input_ids"])
+        labels[i, :prompt] = -100
+        labels[i, len(row) :] = -100
+    attention = (labels != -100) | (torch.arange(width) < torch.tensor([len(r) for r in rows])[:, None])
+    return tokenizer, model, input_ids, labels, attention.long(), [body(p) for p in QUESTIONS.values()]
+
+
+def test_noun_weight_one_is_the_models_own_loss(weighted_batch):
+    tokenizer, model, input_ids, labels, attention, programs = weighted_batch
+    out = model(input_ids=input_ids, attention_mask=attention, labels=labels)
+    ours = noun_weighted_loss(tokenizer, 1.0, programs)(out, labels)
+    assert ours.item() == pytest.approx(out.loss.item(), rel=1e-6)
+
+
+def test_noun_weight_multiplies_the_nouns_gradient_and_leaves_the_rest(weighted_batch):
+    """The training signal: the gradient of the loss with respect to the logits is W times the
+    unweighted one at a position whose target is a shape or colour word, the same elsewhere in the
+    program, and zero on the prompt."""
+    tokenizer, model, input_ids, labels, attention, programs = weighted_batch
+    grads = {}
+    for weight in (1.0, 4.0):
+        logits = model(input_ids=input_ids, attention_mask=attention).logits.detach().requires_grad_(True)
+        noun_weighted_loss(tokenizer, weight, programs)(SimpleNamespace(logits=logits), labels).backward()
+        grads[weight] = logits.grad[:, :-1]
+    target = labels[:, 1:]
+    nouns = torch.isin(target, torch.tensor(noun_token_ids(tokenizer, programs)))
+    assert nouns.sum() >= 3 and (target != -100).sum() > nouns.sum() * 3
+    assert torch.allclose(grads[4.0][nouns], 4 * grads[1.0][nouns], atol=1e-7)
+    rest = (target != -100) & ~nouns
+    assert torch.allclose(grads[4.0][rest], grads[1.0][rest], atol=1e-7)
+    assert grads[1.0][rest].abs().sum() > 0
+    assert grads[4.0][target == -100].abs().sum() == 0
+
+
+def test_noun_weight_names_the_words_the_tokenizer_splits_and_stays_out_of_the_key():
+    small = train_tokenizer(["# Is the star red?"] * 5, vocab_size=300, context=64)
+    with pytest.raises(ValueError, match="hexagon"):
+        noun_token_ids(small, ['find("red hexagon")'])
+    assert noun_token_ids(small, ['find("red star")']) == [small.get_vocab()["star"], small.get_vocab()["red"]]
+    assert BootstrapConfig(noun_weight=1.0).key() == BootstrapConfig().key() != BootstrapConfig(noun_weight=3).key()
+    with pytest.raises(ValueError, match="noun_weight"):
+        BootstrapConfig(noun_weight=0)
+
+
+def test_bootstrap_trains_with_the_weighted_loss(tmp_path):
+    plain = main(["--out", str(tmp_path / "plain"), "--seed", "2", *TINY])
+    weighted = main(["--out", str(tmp_path / "weighted"), "--seed", "2", *TINY, "--noun_weight", "5"])
+    assert weighted["config"]["noun_weight"] == 5 and weighted["mixture"] == plain["mixture"]
+    # the same first batch from the same weights: only the loss differs
+    assert weighted["training"]["train_loss"] > plain["training"]["train_loss"]

@@ -267,7 +267,11 @@ def sft(model, tokenizer, pairs: list[SFTPair], cfg: BootstrapConfig, work: Path
         disable_tqdm=False,
     )
     # trl's own loss unless the nouns weigh more: the hook adds a forward for trl's metrics
-    weighted = {"compute_loss_func": noun_weighted_loss(tokenizer, cfg.noun_weight)} if cfg.noun_weight != 1 else {}
+    weighted = (
+        {"compute_loss_func": noun_weighted_loss(tokenizer, cfg.noun_weight, data["completion"])}
+        if cfg.noun_weight != 1
+        else {}
+    )
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, **weighted)
     first = trainer.train_dataset[0]["input_ids"]
     if first.count(tokenizer.bos_token_id) != 1 or first[0] != tokenizer.bos_token_id:

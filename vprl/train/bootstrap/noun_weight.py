@@ -16,33 +16,40 @@ their count, as the unweighted loss does, so W = 1 gives trl's loss.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 
 from vprl.data.shapes.scene import COLORS, SHAPES
 
 IGNORE = -100  # the label of a prompt or padding position
 
 
-def noun_token_ids(tokenizer) -> list[int]:
-    """The ids of the world's shape and colour words; every one must be a single token."""
+def noun_token_ids(tokenizer, completions: Iterable[str]) -> list[int]:
+    """The ids of the world's shape words (singular and plural) and colour words that the target
+    programs name; each must be a single token (a word split into pieces would be weighted in part,
+    or not at all)."""
+    text = "\n".join(completions)
+    forms = [*SHAPES, *(f"{s}s" for s in SHAPES), *COLORS]
+    named = [w for w in forms if re.search(rf"\b{w}\b", text)]
     vocabulary = tokenizer.get_vocab()
-    missing = [w for w in SHAPES + COLORS if w not in vocabulary]
-    if missing:
+    split = [w for w in named if w not in vocabulary]
+    if split:
         raise ValueError(
-            f"noun_weight: the tokenizer has no single token for {', '.join(missing)}; "
-            "train it on the world's programs (vocab_size >= 300) or leave noun_weight at 1"
+            f"noun_weight: the tokenizer has no single token for {', '.join(split)}, which the programs name; "
+            "train it with a larger vocab_size or leave noun_weight at 1"
         )
-    return [vocabulary[w] for w in SHAPES + COLORS]
+    return [vocabulary[w] for w in named]
 
 
-def noun_weighted_loss(tokenizer, weight: float) -> Callable:
-    """trl's `compute_loss_func`: cross-entropy with the noun tokens' terms multiplied by `weight`."""
+def noun_weighted_loss(tokenizer, weight: float, completions: Iterable[str]) -> Callable:
+    """trl's `compute_loss_func`: cross-entropy with the terms of the noun tokens that the target
+    `completions` name multiplied by `weight`."""
     import torch
     import torch.nn.functional as F
 
     if weight <= 0:
         raise ValueError(f"noun_weight must be > 0, got {weight}")
-    ids = torch.tensor(noun_token_ids(tokenizer))
+    ids = torch.tensor(noun_token_ids(tokenizer, completions), dtype=torch.long)
 
     def loss(outputs, labels, num_items_in_batch=None):
         logits = outputs.logits[:, :-1].float()
