@@ -4,13 +4,14 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
         [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
         [--turn_advantage 0] [--first_credit episode] [--later_credit episode]
-        [--later_turns greedy] [--bootstrap_epochs 3] [--relabel_share 0] [--threads 2]
+        [--later_turns greedy] [--bootstrap_epochs 3] [--relabel_share 0] [--noun_weight 1]
+        [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
 its real feedback, the corrected one; `vprl.train.bootstrap`, cached per seed; `--bootstrap_epochs`
 its passes over the mixture, `--relabel_share` the share of its question pairs with their shape and
-colour words permuted, meant to teach copying the question's nouns, which it did not: docs/benchmarks.md),
-then:
+colour words permuted, meant to teach copying the question's nouns, which it did not: docs/benchmarks.md;
+`--noun_weight` the weight of those words in its loss), then:
 
 - `single`: the quickstart recipe (correctness reward), one program per question;
 - `repair`: the same reward over two-turn episodes: a program that fails to run or fails its visual
@@ -77,10 +78,18 @@ from vprl.train.bootstrap.repair_pairs import REPAIR_FEEDBACK, UNIT_TESTS  # noq
 REPO = Path(__file__).resolve().parents[1]
 EVAL_CONFIG = REPO / "configs/eval/shapes_repair.yaml"
 SENTINEL = "zq-sentinel-answer-3517"
-# The bootstrap's settings in every record from before their flags existed: its passes over the
-# mixture (`--bootstrap_epochs`) and its share of relabelled pairs (`--relabel_share`).
+# The bootstrap's settings a record keeps, by their flag, with `BootstrapConfig`'s name for each.
+BOOTSTRAP = {
+    "repair_share": "repair_share",
+    "repair_noun_share": "repair_noun_share",
+    "bootstrap_epochs": "epochs",
+    "relabel_share": "relabel_share",
+    "noun_weight": "noun_weight",
+}
+# Their values in every record from before their flags existed: its passes over the mixture
+# (`--bootstrap_epochs`), its share of relabelled pairs (`--relabel_share`) and its nouns' loss weight.
 BOOTSTRAP_EPOCHS = 3.0
-BOOTSTRAP_BEFORE = {"bootstrap_epochs": BOOTSTRAP_EPOCHS, "relabel_share": 0.0}
+BOOTSTRAP_BEFORE = {"bootstrap_epochs": BOOTSTRAP_EPOCHS, "relabel_share": 0.0, "noun_weight": 1.0}
 # The episodes the bootstrap's repair examples show (the same feedback and unit tests).
 EPISODES = (
     f"--repair_max_turns 2 --repair_stop_when {REPAIR_FEEDBACK.stop_when} --repair_check {REPAIR_FEEDBACK.check}"
@@ -101,19 +110,16 @@ ARMS = {
 }
 
 
+def bootstrap_settings(args: argparse.Namespace) -> dict:
+    return {flag: getattr(args, flag) for flag in BOOTSTRAP}
+
+
 def policy_for(seed: int, args: argparse.Namespace) -> Path:
     from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy
 
     # 1024 positions: an episode (prompt, two programs, a feedback block) outgrows the default 512. The
     # tiny Llama's positions are rotary, so this changes no weight, only what fits.
-    more = {
-        "repair_share": args.repair_share,
-        "repair_noun_share": args.repair_noun_share,
-        "epochs": args.bootstrap_epochs,
-        "relabel_share": args.relabel_share,
-        "context": 1024,
-        "threads": args.threads,
-    }
+    more = {name: getattr(args, flag) for flag, name in BOOTSTRAP.items()} | {"context": 1024, "threads": args.threads}
     return ensure_tiny_policy(BootstrapConfig(out=str(Path(args.out) / f"policy_seed{seed}"), seed=seed, **more))
 
 
@@ -201,10 +207,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
         "seed": seed,
         "arm": arm,
         "max_steps": args.max_steps,
-        "repair_share": args.repair_share,
-        "repair_noun_share": args.repair_noun_share,
-        "bootstrap_epochs": args.bootstrap_epochs,
-        "relabel_share": args.relabel_share,
+        **bootstrap_settings(args),
         "pass_threshold": args.pass_threshold,
         **arm_settings(arm, args),
         "recipe": settings_of(recipe) + " " + rl_args,
@@ -295,6 +298,12 @@ def main(argv: list[str] | None = None) -> dict:
         "(default: 0)",
     )
     parser.add_argument(
+        "--noun_weight",
+        type=float,
+        default=1.0,
+        help="the bootstrap's loss weight of its programs' shape and colour words (default: 1)",
+    )
+    parser.add_argument(
         "--pass_threshold",
         type=float,
         default=0.5,
@@ -375,10 +384,7 @@ def main(argv: list[str] | None = None) -> dict:
     done = records(runs_file)
     wanted = dict(
         max_steps=args.max_steps,
-        repair_share=args.repair_share,
-        repair_noun_share=args.repair_noun_share,
-        bootstrap_epochs=args.bootstrap_epochs,
-        relabel_share=args.relabel_share,
+        **bootstrap_settings(args),
         pass_threshold=args.pass_threshold,
         eval_config=settings_of(EVAL_CONFIG),
         eval_args=eval_args(args),
@@ -402,13 +408,7 @@ def main(argv: list[str] | None = None) -> dict:
             with open(runs_file, "a", encoding="utf-8") as f:
                 f.write(json.dumps(run) + "\n")
     summary = summarize(runs, out / "shapes_eval", list(ARMS))
-    summary.update(
-        max_steps=args.max_steps,
-        repair_share=args.repair_share,
-        repair_noun_share=args.repair_noun_share,
-        bootstrap_epochs=args.bootstrap_epochs,
-        relabel_share=args.relabel_share,
-    )
+    summary.update(max_steps=args.max_steps, **bootstrap_settings(args))
     (out / "repair.json").write_text(json.dumps(summary, indent=2))
     plot(runs, out / "repair_rate.png")
     print("\n" + markdown(summary))
