@@ -2,6 +2,7 @@
 run that writes a loadable policy, caches it, and evaluates it through the sandboxed executor."""
 
 import json
+import subprocess
 import sys
 
 import background_jobs
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from vprl.data.records import Example
+from vprl.paths import CHECKOUT
 from vprl.train.bootstrap.check import PolicyEval
 from vprl.train.bootstrap.fit import BootstrapConfig, ensure_tiny_policy, main
 from vprl.train.bootstrap.mixture import plan_mixture
@@ -107,6 +109,8 @@ def test_tiny_bootstrap_writes_a_loadable_policy_and_caches(tmp_path, capsys):
     assert val.overall.n == 4 and val.overall.gold == 1.0 and val.k == 2
     assert 0 <= val.overall.greedy <= 1 and val.overall.pass_at_k >= 0
     assert saved["mixture"] and all("targets" in v for v in saved["mixture"].values())
+    head = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert saved["git"]["commit"] == (head.stdout.strip() if CHECKOUT and head.returncode == 0 else None)
     model, tok = load_policy(out)
     assert model.config.num_hidden_layers == 1 and tok.bos_token == "<|bos|>"
     assert model.config.use_cache and model.generation_config.use_cache  # decoders load it with the KV cache

@@ -50,6 +50,7 @@ import numpy as np
 
 from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
 from vprl.data.shapes.tasks import load_shapes_tasks
+from vprl.paths import CHECKOUT
 from vprl.train.bootstrap.check import PolicyEval, evaluate_policy, format_table
 from vprl.train.bootstrap.mixture import plan_mixture
 from vprl.train.bootstrap.noun_copy import noun_copy
@@ -60,6 +61,7 @@ from vprl.train.bootstrap.relabel import relabel_pairs
 from vprl.train.bootstrap.repair_pairs import REPAIR_FORMAT, add_repair_pairs, repair_figures, within_context
 from vprl.train.policy.tiny import TinyModelConfig, build_model, parameter_count, train_tokenizer
 from vprl.train.prompts import PromptConfig, PromptTemplate
+from vprl.train.runs.folder import git_commit
 
 VERSION = 1  # bump when the recipe changes so cached policies are rebuilt
 TASKS = ("vqa", "itm", "grounding")
@@ -368,6 +370,8 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
         "key": cfg.key(),
         "version": VERSION,
         "config": asdict(cfg),
+        # the code that built it: a screen's bootstraps are compared across commits
+        "git": git_commit(CHECKOUT) if CHECKOUT else {"commit": None, "dirty": None},
         "seed": cfg.seed,
         "parameters": n_params,
         "vocabulary": len(tokenizer),
