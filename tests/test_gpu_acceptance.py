@@ -154,13 +154,14 @@ def _wheelhouse(tmp_path: Path, **env: str) -> list[list[str]]:
 
 
 def test_item10_the_wheelhouse_fetches_opencv_unless_the_image_has_it(tmp_path):
-    """#34 item 10: wheelhouse.sh assumed opencv on the GPU image."""
+    """#34 item 10: wheelhouse.sh assumed opencv on the GPU image. It also missed inflect, which
+    vprl imports: on the GPU image (which lacks it) the preflight's imports of our entry points failed."""
     wanted = [args[-1].split("==")[0] for args in _wheelhouse(tmp_path / "bare")]
-    assert "opencv-python-headless" in wanted and "trl" in wanted
+    assert {"opencv-python-headless", "trl", "inflect", "more-itertools", "typeguard"} <= set(wanted)
     image = tmp_path / "image.txt"
-    image.write_text("numpy==2.1.0\nopencv-python-headless==4.10.0.84\n")
+    image.write_text("numpy==2.1.0\nopencv-python-headless==4.10.0.84\ninflect==7.5.0\n")
     wanted = [args[-1].split("==")[0] for args in _wheelhouse(tmp_path / "with", IMAGE_PACKAGES=str(image))]
-    assert "opencv-python-headless" not in wanted and "trl" in wanted
+    assert "opencv-python-headless" not in wanted and "inflect" not in wanted and "trl" in wanted
 
 
 def test_item10_the_docs_parts_example_runs_every_part_it_names(tmp_path):
@@ -172,3 +173,43 @@ def test_item10_the_docs_parts_example_runs_every_part_it_names(tmp_path):
     assert {p: s["status"] for p, s in outcomes(rows).items()} == dict.fromkeys(
         ["preflight", *example.split(",")], "ok"
     )
+
+
+def test_every_tool_model_is_built_wholly_on_its_device(tmp_path):
+    """On an H200 Grounding DINO's `level_embed` (a legacy `torch.Tensor(...)` constructor, which a
+    device context does not reach) stayed on the CPU; it is the model's first parameter, so the tool
+    sent its inputs to the CPU and the GPU text encoder refused them. The meta device shows the same
+    on a CPU: no parameter may be left off the device asked for."""
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from bench.gpu import models
+
+    for family in ("detect", "clip_336", "blip2", "depth"):
+        model, _ = models.build(family, "tiny", tmp_path / family, "meta", torch.float32)
+        assert {p.device.type for p in model.parameters()} == {"meta"}, family
+
+
+def test_execution_fails_when_every_program_is_an_infra_error(tmp_path, monkeypatch):
+    """On the H200 every program of the execution part ended `infra_error` (the tools failed) and
+    the part still said "ok": it now fails, naming the errors."""
+    import pytest
+
+    sys.path.insert(0, str(REPO))
+    from bench.gpu import stack, step
+    from bench.gpu.context import Context
+    from bench.gpu.record import Recorder, read
+
+    ctx = Context(rec=Recorder(tmp_path / "out"), scale="tiny", device="cpu", root=tmp_path, calls=2, steps=1,
+                  sandbox="full")  # fmt: skip
+    step.world(ctx)
+    stack.tools(ctx)
+
+    def broken(tool, calls):
+        raise RuntimeError("Expected all tensors to be on the same device")
+
+    monkeypatch.setattr(ctx.built["viunit"], "run", broken)
+    with pytest.raises(RuntimeError, match="every program ended in infra_error"):
+        stack.execution(ctx)
+    (row,) = [r for r in read(tmp_path / "out" / "results.jsonl") if r["what"] == "programs"]
+    assert set(row["statuses"]) == {"infra_error"} and "same device" in " ".join(row["infra_errors"])

@@ -313,3 +313,19 @@ def test_item_1_uid_lock_folder_must_be_private(tmp_path):
     folder.chmod(0o777)  # writable by anyone: anyone could hold every range
     with pytest.raises(OSError, match=f"{folder} must be a folder owned by uid 0 and writable by nobody else"):
         uids.Claim(1, (str(tmp_path),))
+
+
+@pytest.mark.parametrize("sandbox", ["full", "restricted"])
+def test_a_sandbox_that_fails_its_set_up_says_why(world, sandbox):
+    """On the GPU machine every program came back `infra_error` "sandbox set-up failed (exit code 1)"
+    and nothing said which step failed: the child now names the exception, and the error carries it."""
+    from vprl.executor.sandbox.child import Limits
+
+    host, examples = world
+    # A descriptor limit no kernel grants: setrlimit fails in the set-up, after the task arrived.
+    config = RunnerConfig(slots=1, timeout_s=2.0, sandbox=sandbox, limits=Limits(nofile=1 << 40))
+    with SyncRunner(host, config) as r:
+        result = run_one(r, examples[0], NORMAL[0])
+    assert result.status == "infra_error"
+    assert result.error.startswith("sandbox set-up failed (exit code 1): ")
+    assert "Error: " in result.error  # the exception's class and message, e.g. "OverflowError: ..."

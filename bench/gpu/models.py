@@ -7,6 +7,7 @@ tokenizers trained here (tests/tiny_models.py)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,14 @@ def instantiate(cls: Any, config: Any, device: str, dtype: Any) -> Any:
 
     with torch.device(device):
         model = cls._from_config(config, dtype=dtype)
-    return model.eval()
+    # A device context reaches factory functions, not legacy constructors: Grounding DINO's
+    # `level_embed` (`nn.Parameter(torch.Tensor(...))`) stayed on the CPU on an H200, the tool sent its
+    # inputs to its first parameter's device, and its text encoder on the GPU refused them. A
+    # checkpoint loaded with `device_map` (the real path) has no such stray; here it is moved.
+    stray = sorted({p.device.type for p in model.parameters()} - {torch.device(device).type})
+    if stray:
+        print(f"acceptance: {cls.__name__} had parameters on {stray}; moved to {device}", file=sys.stderr)
+    return model.to(device).eval()
 
 
 def build(family: str, scale: str, root: Path, device: str, dtype: Any) -> tuple[Any, Any]:

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The packages a bare CUDA machine (torch, transformers, peft, accelerate there) lacks for
 # bench/gpu/acceptance.py, as wheels for its Python, in bench/gpu/wheelhouse/ (kept out of git; copied
-# along with the checkout): trl and datasets for the grpo_trl part, and opencv-python-headless, which
-# the shapes tools import (the world's segmentation), unless the image has it. No part imports
-# scikit-image. Run it where pip can reach the package index:
+# along with the checkout): trl and datasets for the grpo_trl part; inflect and its requirements, which
+# vprl itself imports (the oracle's plurals), so that the preflight's imports succeed; and
+# opencv-python-headless, which the shapes tools import (the world's segmentation). Each is skipped
+# where IMAGE_PACKAGES shows the image has it. No part imports scikit-image. Run it where pip can
+# reach the package index:
 #
 #   bench/gpu/wheelhouse.sh [PYTHON_VERSION]        # default 3.12, the GPU image's
 #   IMAGE_PACKAGES=image-freeze.txt bench/gpu/wheelhouse.sh   # `pip list --format=freeze` of the image:
@@ -21,13 +23,17 @@ OUT=${WHEELHOUSE:-$(pwd)/wheelhouse}  # where the wheels go (a test points it el
 version() { python3 -c "import importlib.metadata as m; print(m.version('$1'))"; }
 rm -rf "$OUT"
 mkdir -p "$OUT"
+# Fetched unless IMAGE_PACKAGES lists them (no list: fetched).
+on_image() { [[ -n ${IMAGE_PACKAGES:-} ]] && grep -qi -E "^$1==" "$IMAGE_PACKAGES"; }
 # Pure-python packages at the versions this checkout was tested with (the ones installed here).
-for package in trl datasets dill multiprocess; do
+for package in trl datasets dill multiprocess inflect jaraco.functools more-itertools typeguard; do
+    if on_image "$package"; then
+        echo "wheelhouse: $package is on the image ($IMAGE_PACKAGES), not fetched"
+        continue
+    fi
     $PIP download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
         --platform manylinux2014_x86_64 --platform any -d "$OUT" "$package==$(version "$package")"
 done
-# Binary packages the image may lack, fetched unless IMAGE_PACKAGES lists them (no list: fetched).
-on_image() { [[ -n ${IMAGE_PACKAGES:-} ]] && grep -qi -E "^$1==" "$IMAGE_PACKAGES"; }
 package=opencv-python-headless
 if on_image "$package"; then
     echo "wheelhouse: $package is on the image ($IMAGE_PACKAGES), not fetched"

@@ -25,7 +25,7 @@ import resource
 import signal
 import sys
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from vprl.executor.api import SourceImage, bind_client
 from vprl.executor.program import execute_program
@@ -38,6 +38,7 @@ from vprl.executor.sandbox.channel import (
     decode_inputs,
     restore_builtins,
 )
+from vprl.executor.sandbox.outcome import SETUP_FAILED
 from vprl.executor.tools.errors import ToolUnavailable
 from vprl.paths import IMPORT_ROOT
 
@@ -108,9 +109,20 @@ def start_sandbox(
         # PID 2: the program.
         forget()
         _drop_privileges(uid, task["timeout"], limits)
-    except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
-        _exit(1)
+    except BaseException as exc:  # noqa: BLE001 — any set-up failure: exit before "ready", saying why
+        _setup_failed(exc)
     _run(task, limits)
+
+
+def _setup_failed(exc: BaseException) -> NoReturn:
+    """Exit before "ready" (the supervisor reports infra_error) with one line on fd 2 saying which
+    exception stopped the set-up: the supervisor puts it into the error, so a node where one step
+    fails (a kernel that refuses a limit, a sandbox uid) says so instead of failing every program
+    unexplained. Before the descriptors are fixed fd 2 is the supervisor's stderr; after, the output
+    pipe. No program code has run yet, so nothing of a program's can be in the line."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"{SETUP_FAILED}{type(exc).__name__}: {exc}\n".encode("utf-8", "replace")[:2000])
+    _exit(1)
 
 
 def _enter_root(root: str) -> None:
@@ -162,8 +174,8 @@ def start_init(
         _warm_up(limits)
         task = framing.recv_blocking(FROM_SUPERVISOR_FD, MAX_TASK)
         _limit_and_become(uid, task["timeout"], limits)
-    except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
-        _exit(1)
+    except BaseException as exc:  # noqa: BLE001 — any set-up failure: exit before "ready", saying why
+        _setup_failed(exc)
     _run(task, limits)
 
 
@@ -209,8 +221,8 @@ def start_restricted(
         if plan.setuid:
             _become(uid)
         own.load()
-    except BaseException:  # noqa: BLE001 — any set-up failure: exit before "ready", the supervisor reports infra_error
-        _exit(1)
+    except BaseException as exc:  # noqa: BLE001 — any set-up failure: exit before "ready", saying why
+        _setup_failed(exc)
     _run(task, limits)
 
 

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from vprl.executor.limits import MAX_STDOUT
-from vprl.executor.sandbox.outcome import classify_exit
+from vprl.executor.sandbox.outcome import classify_exit, setup_reason
 from vprl.executor.sandbox.spawning import SPARE, WITH_SPARES, Task
 
 
@@ -92,16 +92,21 @@ class Ending:
             task = self.by_pid.pop(pid, None)
             if task is None:
                 continue  # an orphaned namespace init handed to us as subreaper
+            if not task.ready and "out" in task.fds:
+                self._on_output_drain(task)  # its reason for failing the set-up, if it gave one
             if task.id == SPARE:
                 if self.spares.get(task.slot) is task:
                     del self.spares[task.slot]
                 if not self.closing:
                     self.spare_failures += 1
+                    reason = setup_reason(task.stdout)
+                    if reason and self.spare_failures == 1:  # no task to report it on: say it once
+                        print(f"supervisor: a spare sandbox failed its set-up: {reason}", file=sys.stderr)
             if not task.finished:
                 if "req" in task.fds:  # a result may still sit in the pipe
                     self._on_request(task)
                 if not task.finished:
-                    self._finish(task, *classify_exit(os.waitstatus_to_exitcode(status), task.ready))
+                    self._finish(task, *classify_exit(os.waitstatus_to_exitcode(status), task.ready, task.stdout))
             if task.netns >= 0:
                 self.free_netns.append(task.netns)
             if task.id != SPARE:

@@ -5,11 +5,21 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+SETUP_FAILED = "sandbox set-up failed: "  # how a child's last line before "ready" begins (child._setup_failed)
 
-def classify_exit(code: int, ready: bool) -> tuple[str, str]:
-    """Status of a sandbox that ended without a result, from the exit code of its tree's top process."""
+
+def setup_reason(output: bytes) -> str | None:
+    """The reason a sandbox gave for failing its set-up: its last line that begins so, if any."""
+    lines = [line for line in output.decode("utf-8", "replace").splitlines() if line.startswith(SETUP_FAILED)]
+    return lines[-1][len(SETUP_FAILED) :] if lines else None
+
+
+def classify_exit(code: int, ready: bool, output: bytes = b"") -> tuple[str, str]:
+    """Status of a sandbox that ended without a result, from the exit code of its tree's top process
+    (and, before "ready", the reason it wrote to its output)."""
     if not ready:
-        return "infra_error", f"sandbox set-up failed (exit code {code})"
+        reason = setup_reason(output)
+        return "infra_error", f"sandbox set-up failed (exit code {code})" + (f": {reason}" if reason else "")
     if code > 128 or code < 0:
         sig = code - 128 if code > 128 else -code
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
