@@ -55,3 +55,28 @@ def test_a_failed_program_counts_as_zero_in_the_logged_component_mean():
     assert correctness == [1.0, 0.0, 0.0, 0.0, None, None]
     logged = [v for v in correctness if v is not None]  # trl's nanmean
     assert math.isclose(sum(logged) / len(logged), 1 / 4)  # 1 right of the 4 scored programs, not 1 of 2
+
+
+def test_a_run_whose_every_program_is_our_failure_stops_and_says_why():
+    """On the first GPU run a tool failed on its device: every program was `infra_error`, trl got
+    None for all of them, warned, and stepped with a zero loss, twice. The adapter now stops the run
+    after `max_failed_batches` such batches in a row, naming the errors; one batch that scored any
+    program resets the count."""
+    import pytest
+
+    from vprl.rewards.trl_adapter import InfraFailure
+
+    ex = Example(id="e1", dataset="gqa", task="vqa", query="q?", image="x.png", answers=("a",))
+    adapter = TrlRewardAdapter(_Scorer(), {"e1": ex}, lambda prompt, c: c, ["correctness"], max_failed_batches=2)
+    total = adapter.reward_funcs[0]
+
+    def batch(completions, n):  # distinct prompts: each call is a batch of its own
+        return asyncio.run(
+            total(prompts=[f"p{n}"] * len(completions), completions=completions, example_id=["e1"] * len(completions))
+        )
+
+    assert batch(["infra", "infra"], 1) == [None, None]
+    assert batch(["infra", "good"], 2) == [None, 1.0]  # something scored: the count starts again
+    assert batch(["infra", "infra"], 3) == [None, None]
+    with pytest.raises(InfraFailure, match=r"last 2 batches ended in infra_error"):
+        batch(["infra", "infra"], 4)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -44,6 +44,10 @@ from vprl.rewards.diagnostics import diagnostics
 
 TOTAL = "total"
 logger = logging.getLogger(__name__)
+
+
+class InfraFailure(RuntimeError):
+    """Our side (executor, sandbox, tools) failed every program of several batches in a row."""
 
 
 class Scored(Protocol):
@@ -123,6 +127,7 @@ class TrlRewardAdapter:
         on_batch: Callable[[ScoredCompletions], None] | None = None,
         id_column: str = "example_id",
         max_prefetched: int = 2,
+        max_failed_batches: int = 3,
     ):
         if TOTAL in components:
             raise ValueError(f"a reward component may not be called {TOTAL!r}: that name is the composed total")
@@ -135,6 +140,11 @@ class TrlRewardAdapter:
         self.on_batch = on_batch
         self.id_column = id_column
         self.max_prefetched = max_prefetched
+        # Batches in a row whose every program was our own failure (`infra_error`): trl gets None for
+        # each, warns, and steps with a zero loss. On the first GPU run a tool failing on its device
+        # did exactly that; past `max_failed_batches` the run stops and says why instead.
+        self.max_failed_batches = max_failed_batches
+        self._failed_in_a_row = 0
         self.timings: deque[BatchTiming] = deque(maxlen=1000)  # the latest batches, for benches and tests
         # Touched only from the loop the reward functions run on (trl's): no lock needed.
         self._batches: OrderedDict[tuple, _Batch] = OrderedDict()
@@ -251,6 +261,7 @@ class TrlRewardAdapter:
         self, batch: _Batch, arrived: float, prompt_texts: list[str], texts: list[str], kwargs: dict[str, Any]
     ) -> Scored:
         done = await batch.scoring  # an exception while scoring (prefetched or not) surfaces here
+        self._check_not_all_ours(done.scored.results)
         timing = BatchTiming(batch.prefetched, done.finished - batch.started, max(done.finished - arrived, 0.0))
         self.timings.append(timing)
         log_metric = kwargs.get("log_metric")
@@ -264,6 +275,20 @@ class TrlRewardAdapter:
             step = int(getattr(state, "global_step", 0) or 0)
             self.on_batch(ScoredCompletions(step, prompt_texts, texts, done.examples, done.programs, done.scored))
         return done.scored
+
+    def _check_not_all_ours(self, results: Sequence[ExecutionResult]) -> None:
+        if not results or any(r.status != "infra_error" for r in results):
+            self._failed_in_a_row = 0
+            return
+        self._failed_in_a_row += 1
+        if self._failed_in_a_row >= self.max_failed_batches:
+            errors = Counter(r.error or "(no message)" for r in results).most_common(3)
+            raise InfraFailure(
+                f"every program of the last {self._failed_in_a_row} batches ended in infra_error (the executor's "
+                f"or a tool's failure, not the policy's), so nothing was scored and no step learned; most "
+                f"common: {errors}. `vprl run` runs programs through the same tool stack and sandbox and writes "
+                f"each one's error; on a GPU, bench/gpu/acceptance.py checks every tool model on the device."
+            )
 
     def batch_metrics(self, examples: Sequence[Example], programs: Sequence[str], scored: Scored) -> dict[str, float]:
         """Execution-status rates, reward-hacking diagnostics and the tool cache hit rate."""
