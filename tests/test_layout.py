@@ -128,7 +128,10 @@ def test_item2_the_layout_refusal_does_not_advise_qlora_with_vllm():
         plan.check()
     assert "QLoRA (load_in_4bit) with use_vllm false" in str(err.value)
     off = _plan("grpo_codellama_gqa_correctness.yaml", [12.0], "--tool_service", "auto", "--use_vllm", "false")
-    with pytest.raises(ConfigError, match=r"nothing movable; use a larger GPU or QLoRA \(load_in_4bit\)\n"):
+    # Without vLLM the peak is transformers generation, which the refusal names as the lever too.
+    with pytest.raises(
+        ConfigError, match=r"nothing movable; use a larger GPU or QLoRA \(load_in_4bit\)\. The policy's peak"
+    ):
         off.check()
 
 
@@ -165,3 +168,33 @@ def test_a_served_group_of_a_stack_without_tool_sections_is_read_as_deploy_reads
     assert list(served_settings(stack).placements) == ["all"]
     (message,) = served_tools_warnings(cfg, stack)
     assert message.startswith("tool service all: 1 process(es) x 40 executor_slots")
+
+
+def test_transformers_generation_is_counted_at_the_size_a_gpu_measured():
+    """Without vLLM trl generates its whole generation batch (per_device_train_batch_size x
+    steps_per_generation sequences) in one `generate`; the check counted training alone. On an H200
+    (docs/benchmarks.md, 2026-12-04) 32 sequences of 2,820 + 320 tokens took 52.6 GiB over the weights
+    in CodeLlama-7B's shape and 53.3 in CodeGemma-7B's, four times the training step's 12.4: QLoRA
+    (refused with vLLM, so always with transformers generation) would pass the check and run out of
+    memory at its first generation."""
+    measured = {"codellama/CodeLlama-7b-Python-hf": 52.65, "google/codegemma-7b": 53.34}
+    for name, gib in measured.items():
+        predicted = layout.generation_gib(layout.model_size(name), 32, 2820, 320)
+        assert gib <= predicted <= gib * 1.1, (name, predicted)  # never under, at most 10 % over
+
+    recipe, prompts = "grpo_codellama_gqa_correctness.yaml", ["word " * 3000]
+    with_vllm = _plan(recipe, [80.0], prompts=prompts)
+    qlora = _plan(recipe, [80.0], "--use_vllm", "false", "--load_in_4bit", "true", prompts=prompts)
+    policy = {c.name: c for c in qlora.components}["policy (training)"]
+    cfg = parse_rl_config(["--config", str(REPO / "configs" / recipe)])
+    sequences = cfg.training.per_device_train_batch_size * cfg.training.steps_per_generation
+    assert sequences == 32
+    weights = layout.model_size(cfg.policy.model_name_or_path).params * layout.BYTES["4bit"] / layout.GIB
+    tokens = with_vllm.prompt.tokens
+    expected = layout.generation_gib(layout.model_size(cfg.policy.model_name_or_path), 32, tokens, 320)
+    assert policy.gib == pytest.approx(weights + expected)
+    assert "transformers generation of 32 sequences at once" in policy.note
+    trained = {c.name: c for c in with_vllm.components}["policy (training)"]
+    assert trained.gib < policy.gib and "generation" not in trained.note  # vLLM's engine is its own component
+    with pytest.raises(ConfigError, match=r"generate fewer sequences at once \(per_device_train_batch_size"):
+        qlora.check()  # 32 sequences of 3,000-token prompts and the tools do not fit 80 GB

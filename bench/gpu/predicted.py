@@ -32,6 +32,13 @@ def layout(ctx: Context) -> None:
     ctx.rec.write("layout", "component", component=policy.name, predicted_gib=round(policy.gib, 3),
                   predicted_as_run_gib=round(policy.gib, 3), measured_gib=_measured(ctx, "policy (training)"),
                   measured_as="peak of forward/backward (the policy alone on the GPU)")  # fmt: skip
+    # Without vLLM (QLoRA's only way) trl generates the step's sequences in one `generate`, as the step did.
+    sequences = s["generations"] * len(ctx.need("prompts", "world"))
+    generation = check.generation_gib(check.model_size(str(policy_dir)), sequences, prompt.tokens, s["completion"])
+    ctx.rec.write("layout", "component", component=f"policy generation ({sequences} sequences, transformers)",
+                  predicted_gib=round(generation, 6), predicted_as_run_gib=round(generation, 6),
+                  measured_gib=_measured(ctx, "step generation"),
+                  measured_as="generation's peak over the step's start (the KV cache, the prefill)")  # fmt: skip
     stack = read_tool_stack("viunit")
     as_run = copy.deepcopy(stack)  # what was built: bf16, no quantization
     as_run.update(dtype="bfloat16", quantization="none")

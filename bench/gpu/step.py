@@ -155,6 +155,7 @@ def run_steps(
         ctx.rec.write(part, "generation", step=label, sequences=len(ids), prompt_tokens=width, new_tokens=new,
                       seconds=round(gen_s, 3), tokens_per_s=round(len(ids) * new / gen_s, 1),
                       peak_gib=mem.gib, over_start_gib=mem.over_start_gib)  # fmt: skip
+        ctx.measured[f"{part} generation"] = max(ctx.measured.get(f"{part} generation", 0.0), mem.over_start_gib)
         full_mask = torch.cat([attention, torch.ones_like(out[:, width:])], dim=1)
         batches = [slice(j, j + s["micro_batch"]) for j in range(0, len(ids), s["micro_batch"])]
         with torch.no_grad(), Peak(ctx.cuda) as mem:

@@ -24,7 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vprl.train.recipe.layout import BYTES, GIB, HEADROOM, Component, model_size, unit_test_components, visible_gpus
+from vprl.train.recipe.layout import (
+    BYTES,
+    GIB,
+    HEADROOM,
+    Component,
+    generation_gib,
+    model_size,
+    unit_test_components,
+    visible_gpus,
+)
 
 ON_TRAINING_GPU = "each training GPU"  # what `vprl.train.recipe.layout` calls a GPU component
 RELEASE_WAIT_S = 60.0  # an engine core process may take a few seconds to exit and hand its memory back
@@ -144,8 +153,7 @@ def policy_components(cfg: Any, generator: str, gpus: list[float]) -> list[Compo
             )
         note = f"vllm_gpu_memory_utilization {cfg.vllm_gpu_memory_utilization}; weights {weights:.1f} GiB"
         return [Component("policy vLLM", "GPU 0", gib, note)]
-    tokens = cfg.batch_size * (KV_PROMPT_TOKENS + cfg.max_completion_length)
-    cache = tokens * (size.layers or 32) * 2 * (size.hidden or 4096) * 2 / GIB
+    cache = generation_gib(size, cfg.batch_size, KV_PROMPT_TOKENS, cfg.max_completion_length)
     return [Component("policy (transformers)", "GPU 0", weights + cache, f"weights {weights:.1f} GiB")]
 
 

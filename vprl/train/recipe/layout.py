@@ -45,6 +45,8 @@ class ModelSize:
     hidden: int | None = None
     layers: int | None = None
     vocab: int | None = None
+    kv_width: int | None = None  # key/value heads x head size: below `hidden` with grouped-query attention
+    intermediate: int | None = None  # the MLP's width
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,18 @@ class Layout:
             raise ConfigError(
                 f"layout: cuda:{index} would need {gib:.1f} GiB for {len(ranks)} training process(es) but has "
                 f"{self.gpus[index]:.1f} GiB. Move out: "
-                f"{advice or 'nothing movable; ' + self.smaller_policy}\n{self.render()}"
+                f"{advice or 'nothing movable; ' + self.smaller_policy}{self.generation_advice}\n{self.render()}"
             )
+
+    @property
+    def generation_advice(self) -> str:
+        policy = next((c for c in self.components if c.name == "policy (training)"), None)
+        if policy is None or "transformers generation" not in policy.note:
+            return ""
+        return (
+            ". The policy's peak is transformers generation: generate fewer sequences at once (per_device_train_"
+            "batch_size x steps_per_generation), or use vLLM (use_vllm, LoRA in bf16)"
+        )
 
     @property
     def smaller_policy(self) -> str:
@@ -172,11 +184,16 @@ def model_size(name: str) -> ModelSize:
         with init_empty_weights(), torch.device("meta"):
             model = auto.from_config(config)
         params = float(sum(p.numel() for p in model.parameters()))
+        hidden, heads = getattr(text, "hidden_size", None), getattr(text, "num_attention_heads", None)
+        head_dim = getattr(text, "head_dim", None) or (hidden // heads if hidden and heads else None)
+        kv_heads = getattr(text, "num_key_value_heads", None) or heads
         return ModelSize(
             params,
-            getattr(text, "hidden_size", None),
+            hidden,
             getattr(text, "num_hidden_layers", None),
             getattr(text, "vocab_size", None),
+            kv_heads * head_dim if kv_heads and head_dim else None,
+            getattr(text, "intermediate_size", None),
         )
     try:
         table = yaml.safe_load(checkout_file(SIZES_FILE).read_text(encoding="utf-8")) or {}
@@ -190,7 +207,8 @@ def model_size(name: str) -> ModelSize:
             "does not list it (add its parameter count there)"
         )
     row = table[name]  # YAML reads 6.74e9 as text: numbers are converted here
-    return ModelSize(float(row["params"]), *(int(row[k]) if k in row else None for k in ("hidden", "layers", "vocab")))
+    keys = ("hidden", "layers", "vocab", "kv", "intermediate")
+    return ModelSize(float(row["params"]), *(int(row[k]) if k in row else None for k in keys))
 
 
 def _local_config(name: str) -> Any:
@@ -223,10 +241,33 @@ def policy_component(cfg: Any, prompt: PromptLength) -> Component:
     tokens = batch * (completion + prompt.tokens)
     logits = batch * completion * (size.vocab or 32000) * 4
     per_token = (size.hidden or 4096) * 2 * ((size.layers or 32) * (2 if t.activation_checkpointing else 16) + 16)
-    gib = (weights + logits + tokens * per_token) / GIB
-    return Component(
-        "policy (training)", "each training GPU", gib, f"prompts up to {prompt.tokens} tokens, {prompt.how}"
-    )
+    train = (logits + tokens * per_token) / GIB
+    note = f"prompts up to {prompt.tokens} tokens, {prompt.how}"
+    peak = train
+    # Without vLLM trl generates a whole generation batch (per_device_train_batch_size x
+    # steps_per_generation sequences) in one `generate`: its KV cache, not training, is the peak.
+    if not getattr(t, "use_vllm", True) and getattr(cfg, "algorithm", "grpo") in ("grpo", "rloo"):
+        sequences = batch * (getattr(t, "steps_per_generation", None) or 1)
+        generation = generation_gib(size, sequences, prompt.tokens, completion)
+        if generation > train:
+            note += (
+                f"; transformers generation of {sequences} sequences at once, {generation:.1f} GiB (its KV cache), "
+                f"is the peak, above training's {train:.1f}"
+            )
+            peak = generation
+    return Component("policy (training)", "each training GPU", weights / GIB + peak, note)
+
+
+def generation_gib(size: ModelSize, sequences: int, prompt_tokens: int, new_tokens: int) -> float:
+    """transformers generating `sequences` at once, beside the weights: the bf16 KV cache of every
+    token, and the prefill's widest activation (one layer's MLP over every prompt token: gate, up and
+    their product). On an H200 (docs/benchmarks.md, 2026-12-04) 32 sequences of 2,820 + 320 tokens
+    took 52.6 GiB over the weights in CodeLlama-7B's shape (this says 54.6) and 53.3 in CodeGemma-7B's
+    (55.3)."""
+    width = size.kv_width or size.hidden or 4096
+    cache = sequences * (prompt_tokens + new_tokens) * 2 * (size.layers or 32) * width * 2
+    prefill = sequences * prompt_tokens * (size.intermediate or 4 * (size.hidden or 4096)) * 2 * 3
+    return (cache + prefill) / GIB
 
 
 def tool_components(stack: dict[str, Any], service: str | None) -> list[Component]:
