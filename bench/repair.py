@@ -3,7 +3,7 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
 
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
         [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
-        [--turn_advantage 0] [--first_credit episode] [--later_credit episode]
+        [--turn_advantage 0] [--first_credit episode] [--first_weight 1] [--later_credit episode]
         [--later_turns greedy] [--bootstrap_epochs 3] [--relabel_share 0] [--noun_weight 1]
         [--threads 2]
 
@@ -159,6 +159,7 @@ ARM_SETTINGS = {
     "guide_weight": ("repair_guide_weight", 0.0, ("repair",)),  # grpo, labelled
     "turn_advantage": ("repair_turn_advantage", 0.0, REPAIR_ARMS),  # grpo, branched
     "first_credit": ("repair_first_credit", "episode", REPAIR_ARMS),  # grpo
+    "first_weight": ("repair_first_weight", 1.0, REPAIR_ARMS),  # grpo
     "later_credit": ("repair_later_credit", "episode", REPAIR_ARMS),  # grpo
 }
 
@@ -340,6 +341,12 @@ def main(argv: list[str] | None = None) -> dict:
         choices=("episode", "own", "both", "none"),
         default="episode",
         help="the repair arms' repair_first_credit: what the first program's tokens carry (default: episode)",
+    )
+    parser.add_argument(
+        "--first_weight",
+        type=float,
+        default=1.0,
+        help="the repair arms' repair_first_weight: what multiplies the first program's advantage (default: 1)",
     )
     parser.add_argument(
         "--later_credit",

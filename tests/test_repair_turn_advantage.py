@@ -157,6 +157,38 @@ def _assert_turn_credits(built, output, first: torch.Tensor, later: torch.Tensor
         assert torch.allclose(got[~opening], later[row].expand(int((~opening).sum())), atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def weighted(tmp_path_factory, assets):
+    from vprl.train.rollouts.scorer import ProgramScorer
+
+    firsts: dict[str, float] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ProgramScorer, "score", _spread_turns(firsts))
+        yield from (
+            (*batch, firsts)
+            for batch in scored_batch(
+                tmp_path_factory.mktemp("first_weight"), assets, repair_first_credit="own", repair_first_weight=0.25
+            )
+        )
+
+
+def test_the_first_weight_scales_what_the_first_program_carries(weighted):
+    """`repair_first_weight` w: the first program's tokens carry w times their own credit, the later
+    ones are untouched; each token's gradient follows its advantage."""
+    built, output, episodes, totals, firsts = weighted
+    assert built.trainer.repair_first_weight == 0.25
+    group = built.trainer.num_generations
+
+    def relative(values: list[float]) -> torch.Tensor:
+        grouped = torch.tensor(values, dtype=torch.float32).view(-1, group)
+        return ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).flatten()
+
+    own = relative([firsts[e.first.program] for e in episodes])
+    assert own.abs().sum() > 0, "nothing to scale"
+    _assert_turn_credits(built, output, 0.25 * own, relative([totals[e.final.program] for e in episodes]))
+    _assert_gradients_follow(built, output)
+
+
 def test_each_tokens_gradient_scales_with_its_first_credit(credited):
     _, built, output, _, _, _ = credited
     _assert_gradients_follow(built, output)
@@ -274,12 +306,16 @@ def test_each_tokens_gradient_scales_with_its_own_advantage(turned):
         ({"repair_later_credit": "fresh", "repair_max_turns": 1}, "needs repair episodes"),
         ({"repair_later_credit": "fresh", "filter_zero_variance": True}, "set filter_zero_variance: false"),
         ({"repair_later_credit": "fresh", "repair_branches": 4}, "num_generations 4 must exceed repair_branches 4"),
+        ({"repair_first_weight": -0.5}, "must be >= 0, got -0.5"),
+        ({"repair_first_weight": 0.5, "algorithm": "rloo"}, "for grpo"),
+        ({"repair_first_weight": 0.5, "repair_max_turns": 1}, "needs repair episodes"),
     ],
 )
 def test_bad_turn_advantages_are_refused_naming_the_key(tmp_path, assets, values, message):
     from vprl.train.recipe.checks import validate
     from vprl.train.recipe.rl_config import parse_rl_config
 
-    key = next(k for k in values if k in ("repair_turn_advantage", "repair_first_credit", "repair_later_credit"))
+    keys = ("repair_turn_advantage", "repair_first_credit", "repair_later_credit", "repair_first_weight")
+    key = next(k for k in values if k in keys)
     with pytest.raises(ConfigError, match=f"{key}: .*{message}"):
         validate(parse_rl_config(["--config", str(_recipe(tmp_path, assets, **values))]))

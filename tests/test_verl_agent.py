@@ -101,6 +101,7 @@ def test_verl_data_names_the_agent_loop_with_the_recipes_repair_settings(prepare
         ({"repair_guide_weight": 0.5}, "repair_guide_weight: verl's actor has no guide term"),
         ({"repair_first_credit": "own"}, "repair_first_credit: verl's actor gives a response one advantage"),
         ({"repair_later_credit": "fresh"}, "repair_later_credit: verl's actor gives a response one advantage"),
+        ({"repair_first_weight": 0.5}, "repair_first_weight: verl's actor gives a response one advantage"),
     ],
 )
 def test_verl_data_refuses_what_its_loop_cannot_do_before_writing_anything(prepared, values, message):

@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> Path:
         raise ConfigError("repair_first_credit: verl's actor gives a response one advantage; use episode with verl")
     if cfg.repair.repair_later_credit != "episode":
         raise ConfigError("repair_later_credit: verl's actor gives a response one advantage; use episode with verl")
+    if cfg.repair.repair_first_weight != 1.0:
+        raise ConfigError("repair_first_weight: verl's actor gives a response one advantage; use 1 with verl")
     run_dir = Path(cfg.training.output_dir)
     out = run_dir / FOLDER
     out.mkdir(parents=True, exist_ok=True)

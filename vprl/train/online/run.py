@@ -103,6 +103,7 @@ def build_trainer(
     trainer.repair_guide_weight = cfg.repair.repair_guide_weight  # checked: grpo only
     trainer.repair_turn_advantage = cfg.repair.repair_turn_advantage  # checked: grpo with branches
     trainer.repair_first_credit = cfg.repair.repair_first_credit  # checked: grpo
+    trainer.repair_first_weight = cfg.repair.repair_first_weight  # checked: grpo
     trainer.repair_later_credit = cfg.repair.repair_later_credit  # checked: grpo
     if colocated:
         adapt_colocated_engine(trainer)

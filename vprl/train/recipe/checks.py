@@ -159,6 +159,8 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
             raise ConfigError("repair_first_credit: needs repair episodes (repair_max_turns > 1)")
         if repair.repair_later_credit != "episode":
             raise ConfigError("repair_later_credit: needs repair episodes (repair_max_turns > 1)")
+        if repair.repair_first_weight != 1.0:
+            raise ConfigError("repair_first_weight: needs repair episodes (repair_max_turns > 1)")
         return
     if repair.repair_guide_weight and cfg.algorithm != "grpo":
         raise ConfigError(
@@ -180,6 +182,8 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
     check_turn_advantage(cfg)
     check_first_credit(cfg)
     check_later_credit(cfg)
+    if repair.repair_first_weight != 1.0:
+        _per_token_loss("repair_first_weight: it", cfg)
 
 
 def check_turn_advantage(cfg: RLConfig) -> None:

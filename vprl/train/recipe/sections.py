@@ -236,6 +236,14 @@ class RepairArgs:
             "their sum (MT-GRPO's turn-level credit), or nothing (only the later programs are trained); grpo"
         },
     )
+    repair_first_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "multiplies what the first program's tokens carry (repair_first_credit's advantage): below 1 "
+            "the first program moves slower than the later ones, whose reading of their feedback fades as the "
+            "first program trains (docs/repair.md); 1: off; grpo"
+        },
+    )
     repair_later_credit: str = field(
         default="episode",
         metadata={

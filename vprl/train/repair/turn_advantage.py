@@ -15,6 +15,9 @@ advantages of shape (B, T) as they are; its batch shuffling splits any tensor by
   turn-level credit, Zeng et al. 2025: the turn's own advantage plus the outcome's); `none` gives
   them 0, so only the later programs are trained (whether the second turn's reading fades when the
   first program is not trained at all).
+- `repair_first_weight` w1 (the first turn): its tokens carry w1 times what `repair_first_credit`
+  gives them, so that below 1 the first program moves slower than the later ones (the later
+  programs' reading of their feedback fades as the first program trains).
 - `repair_later_credit` (the later turns): `episode` (the default) gives them A_i; `fresh` gives
   them L_i = (R_i - b_i) / s: the episode's reward R_i less b_i, the mean reward of the first
   programs of its group's other rows (other blocks with branches): what a fresh sample of the
@@ -120,11 +123,12 @@ def group_advantages(rewards: torch.Tensor, group: int, scale: str) -> torch.Ten
 
 class TurnAdvantageMixin:
     """Mixed in front of GRPOTrainer's program mixins (so it sees the advantages after rows are
-    filtered); `repair_turn_advantage` > 0 or a `repair_first_credit` or `repair_later_credit` other
-    than `episode` switches it on."""
+    filtered); `repair_turn_advantage` > 0, a `repair_first_credit` or `repair_later_credit` other
+    than `episode`, or a `repair_first_weight` other than 1 switches it on."""
 
     repair_turn_advantage: float = 0.0
     repair_first_credit: str = "episode"
+    repair_first_weight: float = 1.0
     repair_later_credit: str = "episode"
 
     def _generate_and_score_completions(self, inputs):
@@ -136,7 +140,12 @@ class TurnAdvantageMixin:
             raise ValueError(
                 f"repair_later_credit {self.repair_later_credit!r} is not one of {', '.join(LATER_CREDITS)}"
             )
-        plain = not self.repair_turn_advantage and credit == "episode" and self.repair_later_credit == "episode"
+        plain = (
+            not self.repair_turn_advantage
+            and credit == "episode"
+            and self.repair_later_credit == "episode"
+            and self.repair_first_weight == 1.0
+        )
         if plain or not self.model.training:
             return output
         if output.get("tool_mask") is None:
@@ -153,6 +162,8 @@ class TurnAdvantageMixin:
             first = self._mine(firsts, advantages)
             if credit == "both":
                 first = first + advantages
+        if self.repair_first_weight != 1.0:
+            first = (advantages if first is None else first) * self.repair_first_weight
         if self.repair_later_credit == "fresh":
             later = self._mine(self._fresh_advantages(advantages, sources), advantages)
         output["advantages"] = turn_advantages(
