@@ -23,24 +23,20 @@ OUT=${WHEELHOUSE:-$(pwd)/wheelhouse}  # where the wheels go (a test points it el
 version() { python3 -c "import importlib.metadata as m; print(m.version('$1'))"; }
 rm -rf "$OUT"
 mkdir -p "$OUT"
-# Fetched unless IMAGE_PACKAGES lists them (no list: fetched).
-on_image() { [[ -n ${IMAGE_PACKAGES:-} ]] && grep -qi -E "^$1==" "$IMAGE_PACKAGES"; }
-# Pure-python packages at the versions this checkout was tested with (the ones installed here).
-for package in trl datasets dill multiprocess inflect jaraco.functools more-itertools typeguard; do
-    if on_image "$package"; then
-        echo "wheelhouse: $package is on the image ($IMAGE_PACKAGES), not fetched"
-        continue
+# A package at the version this checkout was tested with (the one installed here), for the image's
+# platform (`$2`: the binary one, or `any` for pure Python), unless IMAGE_PACKAGES lists it.
+fetch() {
+    if [[ -n ${IMAGE_PACKAGES:-} ]] && grep -qi -E "^$1==" "$IMAGE_PACKAGES"; then
+        echo "wheelhouse: $1 is on the image ($IMAGE_PACKAGES), not fetched"
+        return
     fi
     $PIP download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
-        --platform manylinux2014_x86_64 --platform any -d "$OUT" "$package==$(version "$package")"
+        --platform manylinux2014_x86_64 --platform "$2" -d "$OUT" "$1==$(version "$1")"
+}
+for package in trl datasets dill multiprocess inflect jaraco.functools more-itertools typeguard; do
+    fetch "$package" any
 done
-package=opencv-python-headless
-if on_image "$package"; then
-    echo "wheelhouse: $package is on the image ($IMAGE_PACKAGES), not fetched"
-else
-    $PIP download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
-        --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d "$OUT" "$package==$(version "$package")"
-fi
+fetch opencv-python-headless manylinux_2_28_x86_64
 size=$(du -sm "$OUT" | cut -f1)
 echo "wheelhouse: $(find "$OUT" -name '*.whl' | wc -l) wheels, ${size} MiB in $OUT"
 if [[ $size -ge 60 ]]; then
