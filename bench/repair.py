@@ -4,7 +4,7 @@ same budget (steps, questions and samples per step). Prints figures; asserts not
     python bench/repair.py [--seeds 0,1,2] [--max_steps 250] [--out runs/repair] [--repair_share 0.3]
         [--repair_noun_share 0.4] [--pass_threshold 0.5] [--repeat_cost 0] [--branches 1] [--guide_weight 0]
         [--turn_advantage 0] [--first_credit episode] [--first_weight 1] [--later_credit episode]
-        [--later_turns greedy] [--bootstrap_epochs 3] [--relabel_share 0] [--noun_weight 1]
+        [--replay_weight 0] [--later_turns greedy] [--bootstrap_epochs 3] [--relabel_share 0] [--noun_weight 1]
         [--threads 2]
 
 Per seed: the tiny policy bootstrapped with that seed and, weakly, repair examples (a wrong program,
@@ -28,6 +28,8 @@ colour words permuted, meant to teach copying the question's nouns, which it did
   `none`: the first program not trained);
   `--later_credit fresh` pays the later programs for beating a fresh first program of their question
   (`repair_later_credit`);
+  `--replay_weight W` adds, weighted, SFT on the bootstrap's own repair pairs replayed at every step
+  (`repair_replay_weight`, PPO-ptx's anchor);
 - `repair_label_free`: the label-free recipe (unit-test reward) over the same episodes, trained on a
   copy of the world whose every answer is a sentinel, withheld at load time; every file of the run
   is searched for the sentinel afterwards.
@@ -161,6 +163,7 @@ ARM_SETTINGS = {
     "first_credit": ("repair_first_credit", "episode", REPAIR_ARMS),  # grpo
     "first_weight": ("repair_first_weight", 1.0, REPAIR_ARMS),  # grpo
     "later_credit": ("repair_later_credit", "episode", REPAIR_ARMS),  # grpo
+    "replay_weight": ("repair_replay_weight", 0.0, REPAIR_ARMS),  # grpo; the bootstrap's repair_pairs.jsonl
 }
 
 

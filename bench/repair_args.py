@@ -98,6 +98,13 @@ def parse_args(argv: list[str] | None, arms: Sequence[str], description: str) ->
         help="the repair arms' repair_later_credit: what the later programs' tokens carry (default: episode)",
     )
     parser.add_argument(
+        "--replay_weight",
+        type=float,
+        default=0.0,
+        help="the repair arms' repair_replay_weight: SFT on the bootstrap's own repair pairs replayed beside RL "
+        "(default: 0)",
+    )
+    parser.add_argument(
         "--later_turns",
         choices=("greedy", "sampled"),
         default="greedy",

@@ -19,10 +19,12 @@ from vprl.train.bootstrap.check import PolicyEval, open_runner
 from vprl.train.bootstrap.fit import BootstrapConfig, main
 from vprl.train.bootstrap.pairs import body
 from vprl.train.bootstrap.repair_pairs import (
+    REPAIR_PAIRS_FILE,
     WRONG_NAMES,
     broken,
     draw_wrong,
     dropped_bracket,
+    load_repair_pairs,
     misnamed_method,
     repair_loop,
     repair_pairs,
@@ -191,3 +193,6 @@ def test_a_quick_bootstrap_learns_repair_examples(tmp_path):
     assert saved["evaluation"]["val"]["repair"] == summary["evaluation"]["val"]["repair"]
     assert "repair:" in (out / "bootstrap.json").read_text()  # the kinds drawn are recorded
     assert "repair:wrong_noun" in info["kinds"]
+    # the pairs SFT was given are kept for a repair run to replay (repair_replay_weight)
+    kept = load_repair_pairs(out / REPAIR_PAIRS_FILE)
+    assert len(kept) == info["pairs"] - info["too_long"] and {p.kind for p in kept} <= set(info["kinds"])

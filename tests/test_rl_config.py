@@ -219,6 +219,7 @@ def test_the_recipe_knows_each_keys_default():
     cfg = parse_rl_config(["--algorithm", "grpo", "--model_name_or_path", "m", "--output_dir", "o"])
     defaults, flat = cfg.flat_defaults(), cfg.to_flat()
     assert defaults["repair_guide_weight"] == 0.0 and defaults["repair_kl_turns"] == "all"
+    assert defaults["repair_replay_weight"] == 0.0 and defaults["repair_replay_pairs"] is None
     assert defaults["beta"] == 0.0  # the recipes' own default over trl's
     unset = [k for k in ("repair_max_turns", "repair_branches", "num_generations") if flat[k] != defaults[k]]
     assert not unset

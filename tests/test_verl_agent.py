@@ -93,6 +93,9 @@ def test_verl_data_names_the_agent_loop_with_the_recipes_repair_settings(prepare
     assert f"data.max_response_length={episode_tokens(2, TURN_TOKENS)}" in overrides
 
 
+PAIRS = "<a pairs file>"
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -102,6 +105,10 @@ def test_verl_data_names_the_agent_loop_with_the_recipes_repair_settings(prepare
         ({"repair_first_credit": "own"}, "repair_first_credit: verl's actor gives a response one advantage"),
         ({"repair_later_credit": "fresh"}, "repair_later_credit: verl's actor gives a response one advantage"),
         ({"repair_first_weight": 0.5}, "repair_first_weight: verl's actor gives a response one advantage"),
+        (
+            {"repair_replay_weight": 0.5, "repair_replay_pairs": PAIRS},
+            "repair_replay_weight: verl's actor has no replay",
+        ),
     ],
 )
 def test_verl_data_refuses_what_its_loop_cannot_do_before_writing_anything(prepared, values, message):
@@ -109,6 +116,9 @@ def test_verl_data_refuses_what_its_loop_cannot_do_before_writing_anything(prepa
 
     root, _ = prepared
     recipe = yaml.safe_load((root / "recipe.yaml").read_text())
+    if values.get("repair_replay_pairs") == PAIRS:  # a pairs file that exists: the recipe's check passes
+        (root / "pairs.jsonl").write_text("")
+        values = {**values, "repair_replay_pairs": str(root / "pairs.jsonl")}
     recipe.update(values, output_dir=str(root / "refused"))
     path = write_recipe(root / "refused.yaml", **recipe)
     with pytest.raises(ConfigError, match=message):

@@ -58,7 +58,14 @@ from vprl.train.bootstrap.noun_weight import noun_weighted_loss
 from vprl.train.bootstrap.other_tasks import other_tasks, task_family
 from vprl.train.bootstrap.pairs import SFTPair
 from vprl.train.bootstrap.relabel import relabel_pairs
-from vprl.train.bootstrap.repair_pairs import REPAIR_FORMAT, add_repair_pairs, repair_figures, within_context
+from vprl.train.bootstrap.repair_pairs import (
+    REPAIR_FORMAT,
+    REPAIR_PAIRS_FILE,
+    add_repair_pairs,
+    repair_figures,
+    save_repair_pairs,
+    within_context,
+)
 from vprl.train.policy.tiny import TinyModelConfig, build_model, parameter_count, train_tokenizer
 from vprl.train.prompts import PromptConfig, PromptTemplate
 from vprl.train.runs.folder import git_commit
@@ -335,6 +342,8 @@ def _build(cfg: BootstrapConfig) -> dict[str, Any]:
     tokenizer = train_tokenizer(corpus, cfg.vocab_size, cfg.context)
     if repair:
         pairs, repair["too_long"] = within_context(pairs, tokenizer, cfg.context)
+        # kept beside the policy: a repair run can replay them (`repair_replay_weight`)
+        save_repair_pairs(pairs, out / REPAIR_PAIRS_FILE)
     model = build_model(tokenizer, cfg.model_config(), seed=cfg.training_seed)
     timings["data_s"] = time.perf_counter() - t
     n_params = parameter_count(model)

@@ -20,6 +20,7 @@ greedy programs (`repair_figure`).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -184,6 +185,33 @@ def within_context(pairs: list[SFTPair], tokenizer: Any, context: int) -> tuple[
         or len(tokenizer(p.prompt + p.completion, add_special_tokens=True)["input_ids"]) + 1 <= context
     ]
     return kept, len(pairs) - len(kept)
+
+
+REPAIR_PAIRS_FILE = "repair_pairs.jsonl"  # in the bootstrap's folder
+
+
+def save_repair_pairs(pairs: Sequence[SFTPair], path: Path) -> int:
+    """The repair pairs of `pairs` (as SFT was given them), one JSON object a line; returns how many."""
+    repair = [p for p in pairs if p.kind.startswith("repair:")]
+    with open(path, "w", encoding="utf-8") as f:
+        for p in repair:
+            f.write(json.dumps(p.to_json()) + "\n")
+    return len(repair)
+
+
+def load_repair_pairs(path: Path) -> list[SFTPair]:
+    """What `save_repair_pairs` wrote; a line that is not a repair pair is an error naming it."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                pair = SFTPair(**json.loads(line))
+            except (json.JSONDecodeError, TypeError) as e:
+                raise ValueError(f"{path}:{n}: not a repair pair ({e})") from e
+            if not pair.kind.startswith("repair:"):
+                raise ValueError(f"{path}:{n}: kind {pair.kind!r} is not a repair pair's")
+            out.append(pair)
+    return out
 
 
 def repair_figure(

@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> Path:
         raise ConfigError("repair_kl_turns: verl's actor puts its KL on every response token; use all with verl")
     if cfg.repair.repair_guide_weight:  # verl's actor computes its own loss
         raise ConfigError("repair_guide_weight: verl's actor has no guide term; use 0 with verl")
+    if cfg.repair.repair_replay_weight:  # the same
+        raise ConfigError("repair_replay_weight: verl's actor has no replay term; use 0 with verl")
     if cfg.repair.repair_first_credit != "episode":  # verl's actor takes one advantage per response
         raise ConfigError("repair_first_credit: verl's actor gives a response one advantage; use episode with verl")
     if cfg.repair.repair_later_credit != "episode":

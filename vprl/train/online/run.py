@@ -17,12 +17,14 @@ from typing import Any
 from vprl.executor.runner import SyncRunner
 from vprl.rewards.compose import RewardComposer
 from vprl.rewards.trl_adapter import TrlRewardAdapter
+from vprl.train.bootstrap.repair_pairs import load_repair_pairs
 from vprl.train.online.callbacks import MetricsRecorder, ProgramTable, RolloutRecorder
 from vprl.train.online.trainers import TRAINERS, stop_at_turn_end
 from vprl.train.online.vllm_cpu import adapt_colocated_engine, cpu_engine_arguments
 from vprl.train.policy.loading import load_model, load_tokenizer, policy_name
 from vprl.train.prompts import STOP_SEQUENCES, completion_to_program, turn_end_ids
 from vprl.train.prompts.conversation import RepairFormat, final_program
+from vprl.train.recipe.checks import replay_pairs_path
 from vprl.train.recipe.data import PromptedExample, trl_dataset
 from vprl.train.recipe.rl_config import RLConfig
 from vprl.train.repair.log import EpisodeLog, episodes_path
@@ -101,6 +103,10 @@ def build_trainer(
         trainer.repair_rollout = repair["rollout_func"]
     trainer.kl_later_turns_only = cfg.repair.repair_kl_turns == "later"  # checked: grpo only
     trainer.repair_guide_weight = cfg.repair.repair_guide_weight  # checked: grpo only
+    if cfg.repair.repair_replay_weight:  # checked: grpo, the pairs file there
+        trainer.repair_replay_weight = cfg.repair.repair_replay_weight
+        trainer.repair_replay_rows = cfg.repair.repair_replay_rows
+        trainer.set_replay_pairs(load_repair_pairs(replay_pairs_path(cfg)), args.seed)
     trainer.repair_turn_advantage = cfg.repair.repair_turn_advantage  # checked: grpo with branches
     trainer.repair_first_credit = cfg.repair.repair_first_credit  # checked: grpo
     trainer.repair_first_weight = cfg.repair.repair_first_weight  # checked: grpo

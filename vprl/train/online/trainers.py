@@ -41,6 +41,7 @@ from vprl.train.online.sampler_logprobs import NOT_SAMPLED, KeptMassProbe, Sampl
 from vprl.train.online.weight_sync import drift_free_sync, unsupported_reason
 from vprl.train.repair.guide import RepairGuideMixin
 from vprl.train.repair.later_kl import LaterTurnsKLMixin
+from vprl.train.repair.replay import RepairReplayMixin
 from vprl.train.repair.rloo import RLOOEpisodesMixin
 from vprl.train.repair.turn_advantage import TurnAdvantageMixin
 
@@ -284,7 +285,9 @@ def zero_variance_rows(rewards_per_func: torch.Tensor, weights: torch.Tensor, gr
     return torch.tensor(zero_variance_groups(totals.tolist(), group), dtype=torch.bool)
 
 
-class ProgramGRPOTrainer(TurnAdvantageMixin, LaterTurnsKLMixin, ProgramTrainerMixin, RepairGuideMixin, GRPOTrainer):
+class ProgramGRPOTrainer(
+    TurnAdvantageMixin, LaterTurnsKLMixin, ProgramTrainerMixin, RepairGuideMixin, RepairReplayMixin, GRPOTrainer
+):
     filter_by_mask = True
     completions_at = 3  # (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...)
 

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from vprl.data.records import Example
@@ -161,6 +162,8 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
             raise ConfigError("repair_later_credit: needs repair episodes (repair_max_turns > 1)")
         if repair.repair_first_weight != 1.0:
             raise ConfigError("repair_first_weight: needs repair episodes (repair_max_turns > 1)")
+        if repair.repair_replay_weight:
+            raise ConfigError("repair_replay_weight: needs repair episodes (repair_max_turns > 1)")
         return
     if repair.repair_guide_weight and cfg.algorithm != "grpo":
         raise ConfigError(
@@ -179,11 +182,42 @@ def check_repair(cfg: RLConfig, reward_names: list[str]) -> None:
             "(each group's rows share first programs in whole blocks)"
         )
     check_kl_turns(cfg)
+    check_replay(cfg)
     check_turn_advantage(cfg)
     check_first_credit(cfg)
     check_later_credit(cfg)
     if repair.repair_first_weight != 1.0:
         _per_token_loss("repair_first_weight: it", cfg)
+
+
+def replay_pairs_path(cfg: RLConfig) -> Path:
+    """The JSONL `repair_replay_pairs` names, or the policy folder's `repair_pairs.jsonl`."""
+    from vprl.train.bootstrap.repair_pairs import REPAIR_PAIRS_FILE
+
+    given = cfg.repair.repair_replay_pairs
+    return Path(given) if given else Path(cfg.policy.model_name_or_path or ".") / REPAIR_PAIRS_FILE
+
+
+def check_replay(cfg: RLConfig) -> None:
+    """`repair_replay_weight` adds an SFT term on replayed repair pairs to GRPO's loss
+    (vprl.train.repair.replay): grpo, a pairs file that exists, at least one row a batch."""
+    repair = cfg.repair
+    if not repair.repair_replay_weight:
+        return
+    if cfg.algorithm != "grpo":
+        raise ConfigError(
+            f"repair_replay_weight: the replay joins GRPO's loss; {cfg.algorithm} is not supported (use grpo)"
+        )
+    if repair.repair_replay_rows < 1:
+        raise ConfigError(
+            f"repair_replay_rows: must be at least 1 with repair_replay_weight, got {repair.repair_replay_rows}"
+        )
+    path = replay_pairs_path(cfg)
+    if not path.is_file():
+        raise ConfigError(
+            f"repair_replay_pairs: {path} is not a file (a bootstrap with repair_share > 0 writes repair_pairs.jsonl "
+            "beside its policy; name another with repair_replay_pairs)"
+        )
 
 
 def check_turn_advantage(cfg: RLConfig) -> None:

@@ -219,6 +219,24 @@ class RepairArgs:
             "a right final program of its question from the same batch (grpo; 0: off)"
         },
     )
+    repair_replay_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "weight of an SFT term beside the RL loss on replayed repair pairs (repair_replay_pairs: the "
+            "bootstrap's own wrong program, feedback and gold program), PPO-ptx's anchor against the fading of "
+            "the second turn's reading (grpo; 0: off)"
+        },
+    )
+    repair_replay_pairs: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSONL of repair pairs to replay (the bootstrap writes repair_pairs.jsonl beside its policy); "
+            "none given: <model_name_or_path>/repair_pairs.jsonl"
+        },
+    )
+    repair_replay_rows: int = field(
+        default=8, metadata={"help": "rows of each generation batch that carry a replayed pair"}
+    )
     repair_turn_advantage: float = field(
         default=0.0,
         metadata={
