@@ -143,10 +143,16 @@ class RepairGuideMixin:
 
     def _compute_loss(self, model, inputs):
         loss = super()._compute_loss(model, inputs)
-        if GUIDE_IDS not in inputs:
-            return loss
-        nll = guide_nll(model, inputs[GUIDE_IDS], inputs[GUIDE_MASK])
-        if nll is None:
-            return loss
-        self._metrics["train"]["repair/guide_nll"].append(float(nll.detach()))
-        return loss + self.repair_guide_weight * nll
+        return plus_sft_term(self, loss, model, inputs, (GUIDE_IDS, GUIDE_MASK), self.repair_guide_weight, "guide")
+
+
+def plus_sft_term(trainer, loss, model, inputs: dict, keys: tuple[str, str], weight: float, name: str):
+    """`loss` plus `weight` times the mean NLL of the target tokens the batch carries under `keys`
+    (ids, mask), logged as `repair/<name>_nll`; `loss` alone where this slice of the batch has none."""
+    if keys[0] not in inputs:
+        return loss
+    nll = guide_nll(model, inputs[keys[0]], inputs[keys[1]])
+    if nll is None:
+        return loss
+    trainer._metrics["train"][f"repair/{name}_nll"].append(float(nll.detach()))
+    return loss + weight * nll

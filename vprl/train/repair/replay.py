@@ -9,11 +9,11 @@ bootstrap fitted, so the term holds the policy near what it could already do aft
 teaches it nothing new; the RL term is trl's, unchanged. No answer is read: the bootstrap built the
 pairs label-free (the gold programs are the world's, the feedback its unit tests').
 
-Each step, `repair_replay_rows` of the batch's rows (spread over it: trl shuffles the rows and
-slices them for gradient accumulation, and every slice's term is its own rows' mean) carry one pair drawn without replacement from the pool, its
-prompt and completion tokenized as trl's SFT tokenized them (the prompt, then prompt + completion
-with the end-of-sequence token; the loss on the completion's tokens). The replay's NLL, the mean
-over those tokens, times the weight joins the loss (`guide_nll` computes it as for the guide).
+Each step, `repair_replay_rows` of the batch's rows carry one pair, drawn without replacement from
+the pool while it lasts (trl shuffles the rows and slices them for gradient accumulation: each
+slice's term is the mean over its own replayed rows). A pair is tokenized as trl's SFT tokenized it
+(`tokenize_pair`); the loss is on the gold program's tokens. Their mean NLL, times the weight, joins
+the loss (`plus_sft_term`, as for the guide).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from vprl.train.bootstrap.pairs import SFTPair
-from vprl.train.repair.guide import guide_nll
+from vprl.train.repair.guide import plus_sft_term
 
 REPLAY_IDS, REPLAY_MASK = "repair_replay_ids", "repair_replay_mask"
 
@@ -101,10 +101,5 @@ class RepairReplayMixin:
 
     def _compute_loss(self, model, inputs):
         loss = super()._compute_loss(model, inputs)
-        if REPLAY_IDS not in inputs:
-            return loss
-        nll = guide_nll(model, inputs[REPLAY_IDS], inputs[REPLAY_MASK])
-        if nll is None:  # this slice of the batch holds no replay row
-            return loss
-        self._metrics["train"]["repair/replay_nll"].append(float(nll.detach()))
-        return loss + self.repair_replay_weight * nll
+        keys = (REPLAY_IDS, REPLAY_MASK)
+        return plus_sft_term(self, loss, model, inputs, keys, self.repair_replay_weight, "replay")
