@@ -14,7 +14,7 @@ from vprl.data.shapes import BuildConfig, build_dataset, load_gold_programs
 from vprl.data.shapes.mutations import mutate
 from vprl.data.shapes.tasks import load_shapes_tasks
 from vprl.rewards.feedback import Feedback
-from vprl.train.bootstrap import fit
+from vprl.train.bootstrap import config as bootstrap_config
 from vprl.train.bootstrap.check import PolicyEval, open_runner
 from vprl.train.bootstrap.fit import BootstrapConfig, main
 from vprl.train.bootstrap.pairs import body
@@ -42,7 +42,7 @@ def test_the_default_recipe_keeps_its_cache_key():
     # the repair examples' text is in the key: a policy taught the earlier block is not reused
     with pytest.MonkeyPatch.context() as patch:
         earlier = BootstrapConfig(repair_share=0.1).key()
-        patch.setattr(fit, "REPAIR_FORMAT", 1)
+        patch.setattr(bootstrap_config, "REPAIR_FORMAT", 1)
         assert BootstrapConfig(repair_share=0.1).key() != earlier
         assert BootstrapConfig().key() == "0a305eed0f9da8d5"
     with pytest.raises(ValueError, match="repair_share"):

@@ -9,8 +9,8 @@ bootstrap fitted, so the term holds the policy near what it could already do aft
 teaches it nothing new; the RL term is trl's, unchanged. No answer is read: the bootstrap built the
 pairs label-free (the gold programs are the world's, the feedback its unit tests').
 
-Each step, `repair_replay_rows` of the batch's rows carry one pair, drawn without replacement from
-the pool while it lasts (trl shuffles the rows and slices them for gradient accumulation: each
+Each step, `repair_replay_rows` of the batch's rows carry one pair, a step's pairs drawn without
+replacement while the pool lasts (trl shuffles the rows and slices them for gradient accumulation: each
 slice's term is the mean over its own replayed rows). A pair is tokenized as trl's SFT tokenized it
 (`tokenize_pair`); the loss is on the gold program's tokens. Their mean NLL, times the weight, joins
 the loss (`plus_sft_term`, as for the guide).
@@ -56,7 +56,7 @@ def replay_batch(
     pool: Sequence[tuple[list[int], int]], batch: int, rows: int, rng: np.random.Generator, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[batch, width] ids and target mask, right-padded: `rows` rows each hold a pair drawn from
-    `pool` (without replacement while the pool lasts), the others are padding with a zero mask."""
+    `pool` (no pair twice in one batch while the pool lasts), the others are padding with a zero mask."""
     carriers = replay_rows(batch, rows)
     drawn = rng.choice(len(pool), size=len(carriers), replace=len(carriers) > len(pool))
     seqs = {row: pool[int(k)] for row, k in zip(carriers, drawn, strict=True)}
