@@ -88,14 +88,20 @@ BOOTSTRAP = {
     "bootstrap_epochs": "epochs",
     "relabel_share": "relabel_share",
     "noun_weight": "noun_weight",
+    "feedback": "repair_feedback",
 }
 # Their values in every record from before their flags existed: its passes over the mixture
 # (`--bootstrap_epochs`), its share of relabelled pairs (`--relabel_share`) and its nouns' loss weight.
-BOOTSTRAP_BEFORE = {"bootstrap_epochs": BOOTSTRAP_EPOCHS, "relabel_share": 0.0, "noun_weight": 1.0}
-# The episodes the bootstrap's repair examples show (the same feedback and unit tests).
+BOOTSTRAP_BEFORE = {
+    "bootstrap_epochs": BOOTSTRAP_EPOCHS,
+    "relabel_share": 0.0,
+    "noun_weight": 1.0,
+    "feedback": ",".join(REPAIR_FEEDBACK.show),
+}
+# The episodes the bootstrap's repair examples show (the same feedback and unit tests; the parts shown,
+# `--feedback`, are added per call).
 EPISODES = (
     f"--repair_max_turns 2 --repair_stop_when {REPAIR_FEEDBACK.stop_when} --repair_check {REPAIR_FEEDBACK.check}"
-    f" --repair_feedback {','.join(REPAIR_FEEDBACK.show)}"
 )
 ARMS = {
     "single": (REPO / "configs/quickstart.yaml", ""),
@@ -122,6 +128,7 @@ def policy_for(seed: int, args: argparse.Namespace) -> Path:
     # 1024 positions: an episode (prompt, two programs, a feedback block) outgrows the default 512. The
     # tiny Llama's positions are rotary, so this changes no weight, only what fits.
     more = {name: getattr(args, flag) for flag, name in BOOTSTRAP.items()} | {"context": 1024, "threads": args.threads}
+    more["repair_feedback"] = args.feedback.split(",")
     return ensure_tiny_policy(BootstrapConfig(out=str(Path(args.out) / f"policy_seed{seed}"), seed=seed, **more))
 
 
@@ -148,6 +155,8 @@ def eval_args(args: argparse.Namespace) -> str:
     repair runs trained at (every arm and policy alike, so their rows compare), its later turns
     greedy or sampled."""
     more = f"--repair_pass_threshold {args.pass_threshold}"
+    if args.feedback != BOOTSTRAP_BEFORE["feedback"]:
+        more += f" --show {args.feedback}"
     return more if args.later_turns == "greedy" else f"{more} --later_turns {args.later_turns}"
 
 
@@ -183,7 +192,7 @@ def run_arm(seed: int, arm: str, policy: Path, args: argparse.Namespace) -> dict
     # Checkpoints often: a call stopped midway (a session's end) resumes from the last one (resume: true).
     rl_args += f" --save_steps {args.save_steps}"
     if arm != "single":
-        rl_args += f" --repair_pass_threshold {args.pass_threshold}"
+        rl_args += f" --repair_pass_threshold {args.pass_threshold} --repair_feedback {args.feedback}"
     for name, value in arm_settings(arm, args).items():
         if value != ARM_SETTINGS[name][1]:
             rl_args += f" --{ARM_SETTINGS[name][0]} {value}"

@@ -48,6 +48,12 @@ def parse_args(argv: list[str] | None, arms: Sequence[str], description: str) ->
         help="the bootstrap's loss weight of its programs' shape and colour words (default: 1)",
     )
     parser.add_argument(
+        "--feedback",
+        default="error,trace,unit_tests",
+        help="comma list of what the feedback shows, in the bootstrap's repair examples, the repair arms' episodes "
+        "and the evaluation's repair modes (vprl.rewards.feedback.PARTS, no verdict; default: error,trace,unit_tests)",
+    )
+    parser.add_argument(
         "--pass_threshold",
         type=float,
         default=0.5,

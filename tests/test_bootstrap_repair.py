@@ -51,6 +51,11 @@ def test_the_default_recipe_keeps_its_cache_key():
     assert BootstrapConfig(repair_share=0.1, repair_noun_share=0.3).key() != BootstrapConfig(repair_share=0.1).key()
     with pytest.raises(ValueError, match="repair_noun_share"):
         BootstrapConfig(repair_noun_share=1.5)
+    shown = ["error", "trace", "unit_tests", "unasked"]
+    assert BootstrapConfig(repair_feedback=["error", "trace", "unit_tests"]).key() == "0a305eed0f9da8d5"
+    assert BootstrapConfig(repair_share=0.1, repair_feedback=shown).key() != BootstrapConfig(repair_share=0.1).key()
+    with pytest.raises(ValueError, match="repair_feedback.*never a label"):
+        BootstrapConfig(repair_feedback=["error", "verdict"])
 
 
 def test_a_wrong_noun_names_another_shape_at_its_first_use():
@@ -89,6 +94,23 @@ def episodes(world, tmp_path_factory):
     """Episodes on the shapes tools (pixels): the unit tests' images are drawn, not in the world."""
     with open_runner(BootstrapConfig(tool_stack="shapes", executor_slots=2), world) as runner:
         yield repair_loop(runner, tmp_path_factory.mktemp("repair_work"))
+
+
+def test_repair_examples_with_unasked_name_the_slipped_noun(world, tmp_path):
+    """A bootstrap with `repair_feedback` holding `unasked`: a wrong-noun example's feedback names
+    the shape its program looks for and its question never says, on the real shapes tools."""
+    examples = load_shapes_tasks(world, ["train"])["train"]
+    gold = load_gold_programs(world)["vqa"]
+    rng = np.random.default_rng(0)
+    slipped = [(ex, wrong_noun(gold[ex.query], rng)) for ex in examples]
+    slipped = [(ex, p) for ex, p in slipped if p != gold[ex.query]][:4]
+    assert slipped, "no training question's program names a shape"
+    show = ("error", "trace", "unit_tests", "unasked")
+    with open_runner(BootstrapConfig(tool_stack="shapes", executor_slots=2), world) as runner:
+        loop = repair_loop(runner, tmp_path, show)
+        pairs = repair_pairs(loop, [ex for ex, _ in slipped], gold, [("wrong_noun", p) for _, p in slipped])
+    assert pairs, "every slipped program passed its unit tests"
+    assert all("the question never says" in p.prompt for p in pairs)
 
 
 def _wrong_programs(examples, gold):

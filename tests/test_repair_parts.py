@@ -107,6 +107,68 @@ def test_the_gold_answer_never_appears_in_feedback():
     assert all(SENTINEL not in json.dumps(e.to_json()) for e in episodes)
 
 
+def test_unasked_names_each_search_word_the_question_never_uses_with_its_line():
+    from vprl.rewards.feedback import unasked_lines
+
+    program = (
+        SIGNATURE + "\n    image_patch = ImagePatch(image)\n"
+        '    anchor = image_patch.find("cyan circle")[0]\n'
+        '    stars = image_patch.find("stars")\n'
+        '    if image_patch.exists("star") and anchor.verify_property("circle", "cyan"):\n'
+        '        return stars[0].simple_query("What color is the square?")\n'
+        '    return image_patch.find("cyan circle")[0].simple_query("What color is it?")\n'
+    )
+    assert unasked_lines(program, "What color is the square below the circle?") == [
+        'line 3: it looks for "cyan circle"; the question never says "cyan".',
+        'line 4: it looks for "stars"; the question never says "stars".',
+        'line 5: it looks for "star"; the question never says "star".',
+    ]  # the repeated phrase once, the simple_query's words never (not a search), three lines at most
+    assert unasked_lines(program, "What color is the square below the cyan circle?")[0].startswith("line 4:")
+    assert unasked_lines(program, "Are the stars above the cyan circles?") == []  # plural and singular alike
+    assert unasked_lines(SIGNATURE + '\n    return find("star"', "Is there a circle?") == []  # no parse, nothing read
+
+
+def test_unasked_reaches_the_feedback_through_the_loop_from_the_question_only():
+    """Through the episode loop with the real correctness reward: the part names the search word
+    the example's query lacks, on a program that raised and on one that ran, and no reference
+    answer reaches a message."""
+    from vprl.rewards.compose import RewardComposer, RewardConfig, RewardSpec
+    from vprl.train.rollouts.scorer import ProgramScorer
+
+    programs = [
+        SIGNATURE + '\n    return ImagePatch(image).find("star")[0].simple_query("What color?")\n',
+        SIGNATURE + '\n    return ImagePatch(image).find("circle")[0].simple_query("What color?")\n',
+    ]
+
+    class Runner:
+        def run(self, pairs, progress=False):
+            out = []
+            for _, program in pairs:
+                ok = "circle" in program
+                out.append(_result("ok" if ok else "runtime_error", answer="blue" if ok else None, error="E (line 2)"))
+            return out
+
+    composer = RewardComposer(RewardConfig((RewardSpec("correctness"),)))
+    show = ("error", "trace", "verdict", "unasked")
+    config = RepairConfig(2, 0.0, FeedbackConfig("passed", "correctness", show=show))
+    examples = [
+        Example(f"e{i}", "shapes", "vqa", "What color is the circle?", "img.png", answers=(SENTINEL,))
+        for i in range(2)
+    ]
+    shown: list[Feedback] = []
+
+    def next_programs(rows, feedbacks):
+        shown.extend(feedbacks)
+        return [programs[1] for _ in rows]
+
+    EpisodeLoop(ProgramScorer(Runner(), composer), config).run(examples, programs, next_programs)
+    raised, ran = shown
+    assert raised.parts == ("error", "trace", "unasked")
+    assert raised.text.endswith('line 2: it looks for "star"; the question never says "star".')
+    assert ran.parts == ("trace", "verdict")  # "circle" is the question's word: nothing to name
+    assert all(SENTINEL not in json.dumps(fb.to_json()) for fb in shown)
+
+
 def test_a_long_trace_is_cut_to_the_feedback_budget():
     calls = [ToolCallRecord("find", {"name": "x" * 50}, None, "r" * 190, line=i) for i in range(40)]
     fb = turn_feedback(FeedbackConfig(max_calls=40), _result("runtime_error", error="E", calls=calls), {})
@@ -283,6 +345,10 @@ def test_the_recipe_refuses_bad_repair_keys_naming_them():
         )
     check_repair(_cfg("--repair_max_turns", "2", "--algorithm", "rloo"), ["correctness"])
     check_repair(_cfg("--repair_max_turns", "2", "--repair_feedback", "error,trace"), ["correctness"])
+    unasked = _cfg("--repair_max_turns", "2", "--repair_check", "unit_tests", "--repair_feedback", "trace,unasked")
+    check_repair(unasked, ["unit_tests"])  # read from the question, so a label-free run may show it
+    with pytest.raises(ConfigError, match="repair_feedback.*'unasked_words'"):
+        check_repair(_cfg("--repair_max_turns", "2", "--repair_feedback", "unasked_words"), ["correctness"])
 
 
 def test_the_memory_plan_holds_whole_episodes():

@@ -8,7 +8,11 @@ program again. The message is built only from what execution and the rewards alr
   returned, as the run viewer shows them;
 - `unit_tests`: the visual unit tests it failed, in ViUniT's re-prompt structure (the test image's
   content, the answer the test expects, what the program answered; docs/references.md#unit-test-feedback);
-- `verdict`: in a labelled run only, that the answer it returned was judged wrong.
+- `verdict`: in a labelled run only, that the answer it returned was judged wrong;
+- `unasked`: the words its searches (`find`, `exists`, `verify_property`) look for that the question
+  never uses, each with its program line: read from the program and the question alone, so a
+  label-free run may show it. The tiny policy's commonest slip after RL is an object the question
+  does not name (docs/repair.md); the trace shows the search, this says which word is off.
 
 The question's reference answers are never read here: a turn's feedback is a function of the
 program's own result, its tool calls and its unit tests' outcomes, so no label can reach the
@@ -20,14 +24,20 @@ the pass threshold.
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vprl.executor.results import ExecutionResult
 
-PARTS = ("error", "trace", "unit_tests", "verdict")
+PARTS = ("error", "trace", "unit_tests", "verdict", "unasked")
+# The API methods whose first argument names what to look for in the image.
+SEARCHES = ("find", "exists", "verify_property")
+# Words a search phrase may hold that name nothing ("the red circle").
+FILLER = frozenset({"a", "an", "the", "of"})
 # A message's text at most: a trace of long tool results must not crowd the next program out of the
 # context (`vprl.train.prompts.conversation.FEEDBACK_TOKENS` is the block's budget from it).
 MAX_FEEDBACK_CHARS = 1000
@@ -106,10 +116,13 @@ def turn_feedback(
     result: ExecutionResult,
     components: Mapping[str, float | None],
     unit_tests: Sequence[Mapping[str, Any]] = (),
+    program: str = "",
+    question: str = "",
 ) -> Feedback | None:
     """The message for one turn, or None when the turn needs none (`FeedbackConfig.wants_feedback`).
     `components`: the turn's reward components; `unit_tests`: its unit tests' outcome rows
-    (`TestOutcome.to_json()`), where the run has that reward."""
+    (`TestOutcome.to_json()`), where the run has that reward; `program` and `question`: the turn's
+    program and the example's query (`unasked` reads them, nothing else does)."""
     if not config.wants_feedback(result, components):
         return None
     lines: list[str] = []
@@ -130,6 +143,11 @@ def turn_feedback(
     if result.status == "ok" and "verdict" in config.show and config.check and config.check != "unit_tests":
         parts.append("verdict")
         lines.append(f"Its answer {_quoted(result.answer)} is wrong.")
+    if "unasked" in config.show and question:
+        off = unasked_lines(program, question)
+        if off:
+            parts.append("unasked")
+            lines += off
     if not lines:  # asked to show nothing that applies: still say that it did not pass
         lines.append("It did not pass its checks." if result.status == "ok" else f"It failed ({result.status}).")
     text = "\n".join(lines)
@@ -167,6 +185,45 @@ def trace_lines(result: ExecutionResult, max_calls: int) -> list[str]:
             lines.append(f"  {where}{call.tool}({args}) -> {call.result}")
     if result.status == "ok":
         lines.append(f"It returned {_quoted(result.answer)}.")
+    return lines
+
+
+def _forms(word: str) -> set[str]:
+    """A word and its singulars by the plain English endings ("boxes", "circles")."""
+    forms = {word}
+    if word.endswith("es"):
+        forms.add(word[:-2])
+    if word.endswith("s"):
+        forms.add(word[:-1])
+    return forms
+
+
+def unasked_lines(program: str, question: str, limit: int = 3) -> list[str]:
+    """One line per search (at most `limit`, in program order, each phrase once) whose phrase holds
+    a word the question never uses, singular or plural. A program that does not parse has none to
+    read (its `error` says so)."""
+    try:
+        tree = ast.parse(program)
+    except SyntaxError:
+        return []
+    asked = set().union(*(_forms(w) for w in re.findall(r"[a-z]+", question.lower())))
+    searches = sorted(
+        (node.lineno, node.col_offset, node.args[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in SEARCHES
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    )
+    lines, seen = [], set()
+    for line, _, phrase in searches:
+        off = [w for w in re.findall(r"[a-z]+", phrase.lower()) if w not in FILLER and not _forms(w) & asked]
+        if off and phrase not in seen and len(lines) < limit:
+            seen.add(phrase)
+            words = ", ".join(_quoted(w) for w in dict.fromkeys(off))
+            lines.append(f"line {line}: it looks for {_quoted(phrase)}; the question never says {words}.")
     return lines
 
 

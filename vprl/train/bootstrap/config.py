@@ -7,7 +7,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from vprl.train.bootstrap.repair_pairs import REPAIR_FORMAT
+from vprl.rewards.feedback import PARTS
+from vprl.train.bootstrap.repair_pairs import REPAIR_FEEDBACK, REPAIR_FORMAT
 from vprl.train.policy.tiny import TinyModelConfig
 
 VERSION = 1  # bump when the recipe changes so cached policies are rebuilt
@@ -24,6 +25,7 @@ LATER_KEYS = {
     "relabel_share": 0.0,
     "init_seed": -1,
     "noun_weight": 1.0,
+    "repair_feedback": list(REPAIR_FEEDBACK.show),
 }
 
 
@@ -80,6 +82,10 @@ class BootstrapConfig(TinyModelConfig):
     repair_noun_share: float = field(
         default=0.0,
         metadata={"help": "share of the repair examples whose wrong program names another shape (wrong_noun)"},
+    )
+    repair_feedback: list[str] = field(
+        default_factory=lambda: list(REPAIR_FEEDBACK.show),
+        metadata={"help": "what the repair examples' feedback shows (vprl.rewards.feedback.PARTS, no verdict)"},
     )
     # supervised training
     epochs: float = field(default=3.0, metadata={"help": "passes over the mixture"})
@@ -140,6 +146,12 @@ class BootstrapConfig(TinyModelConfig):
         for name in ("world_winoground", "world_sugarcrepe", "world_refcoco"):
             if getattr(self, name) < 0:
                 raise ValueError(f"BootstrapConfig.{name} must be >= 0, got {getattr(self, name)}")
+        shown = [p for p in self.repair_feedback if p not in PARTS or p == "verdict"]
+        if shown:
+            raise ValueError(
+                f"BootstrapConfig.repair_feedback: {shown} not among {[p for p in PARTS if p != 'verdict']}"
+                " (the repair examples are judged by unit tests, never a label)"
+            )
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown or "vqa" not in self.tasks:
             raise ValueError(f"BootstrapConfig.tasks: {list(self.tasks)} must hold vqa and only {', '.join(TASKS)}")

@@ -98,11 +98,13 @@ def broken(program: str) -> dict[str, str]:
     return {kind: out for kind, edit in BREAKERS.items() if (out := edit(program)) != program}
 
 
-def repair_loop(runner: SyncRunner, work: Path) -> EpisodeLoop:
-    """Two-turn episodes on the bootstrap's tools with the repair run's rewards and feedback; the
-    unit tests and their images are cached in <work>/unit_test_cache, as in a run folder."""
+def repair_loop(runner: SyncRunner, work: Path, show: Sequence[str] = REPAIR_FEEDBACK.show) -> EpisodeLoop:
+    """Two-turn episodes on the bootstrap's tools with the repair run's rewards and feedback (the
+    parts in `show`: the bootstrap's `repair_feedback`); the unit tests and their images are cached
+    in <work>/unit_test_cache, as in a run folder."""
     rewards = build_rewards(REPAIR_REWARDS, resources={"runner": runner, "run_dir": str(work)})
-    return EpisodeLoop(ProgramScorer(runner, rewards), RepairConfig(2, 0.0, REPAIR_FEEDBACK))
+    feedback = replace(REPAIR_FEEDBACK, show=tuple(show))
+    return EpisodeLoop(ProgramScorer(runner, rewards), RepairConfig(2, 0.0, feedback))
 
 
 def repair_pairs(
@@ -166,7 +168,7 @@ def add_repair_pairs(
     # A mutation passes its unit tests now and then (no feedback, no pair): draw more than wanted.
     drawn_ex, drawn = draw_wrong(examples, gold, 2 * want + 8, rng, cfg.repair_noun_share)
     with open_runner(cfg, root) as runner:
-        made = repair_pairs(repair_loop(runner, work), drawn_ex, gold, drawn)[:want]
+        made = repair_pairs(repair_loop(runner, work, cfg.repair_feedback), drawn_ex, gold, drawn)[:want]
     kinds: dict[str, int] = {}
     for p in made:
         kinds[p.kind] = kinds.get(p.kind, 0) + 1
@@ -246,7 +248,7 @@ def repair_figure(
         return [completion_to_program(signature_of(prompts[i]), c[0]) for i, c in zip(rows, outs, strict=True)]
 
     with open_runner(cfg, root) as runner:
-        played = repair_loop(runner, work).run(examples, first, next_programs)
+        played = repair_loop(runner, work, cfg.repair_feedback).run(examples, first, next_programs)
     repaired = [e for e in played if len(e.turns) == 2]
 
     def right(turn) -> bool:

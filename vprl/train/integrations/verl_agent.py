@@ -115,9 +115,8 @@ class RepairAgentLoop(AgentLoopBase):
             row, check = scored.row, self.repair.feedback.check
             if check is not None and check not in scored.batch.rewards.components:
                 raise ValueError(f"{NAME}: check {check!r} is not one of the session's rewards")
-            turn = judged_turn(
-                self.repair.feedback, program, scored.batch, scored.index, k == self.repair.max_turns - 1
-            )
+            last = k == self.repair.max_turns - 1
+            turn = judged_turn(self.repair.feedback, program, scored.batch, scored.index, last, example.query)
             block: list[int] = []
             if turn.feedback is not None:
                 ended = bool(sampled) and sampled[-1] in self.turn_end

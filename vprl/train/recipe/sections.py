@@ -189,7 +189,9 @@ class RepairArgs:
     repair_pass_threshold: float = field(default=1.0, metadata={"help": "repair_check's value that passes"})
     repair_feedback: str | None = field(
         default=None,
-        metadata={"help": "what feedback shows, among error, trace, unit_tests, verdict (default: the first three)"},
+        metadata={
+            "help": "what feedback shows, among error, trace, unit_tests, verdict, unasked (default: the first three)"
+        },
     )
     repair_turn_cost: float = field(default=0.0, metadata={"help": "subtracted from the reward per extra turn"})
     repair_repeat_cost: float = field(

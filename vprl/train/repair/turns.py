@@ -77,10 +77,13 @@ def episode_reward(episode: Episode, config: RepairConfig) -> float | None:
     return None if total is None else total + episode_shaping(episode, config)
 
 
-def judged_turn(config: FeedbackConfig, program: str, scored: ScoredBatch, j: int, last: bool) -> Turn:
+def judged_turn(
+    config: FeedbackConfig, program: str, scored: ScoredBatch, j: int, last: bool, question: str = ""
+) -> Turn:
     """Row `j` of a scored batch as an episode's turn: what it did, whether the stop rule accepts
-    it, and its feedback (None on the `last` turn, or when it needs none). The one place a turn is
-    judged: the batch loop below and verl's agent loop (one episode at a time) both call it."""
+    it, and its feedback (None on the `last` turn, or when it needs none; `question`, the example's
+    query, for the `unasked` part). The one place a turn is judged: the batch loop below and verl's
+    agent loop (one episode at a time) both call it."""
     result, rewards = scored.results[j], scored.rewards
     components = {name: values[j] for name, values in rewards.components.items()}
     tests = rewards.details.get("unit_tests")
@@ -92,7 +95,9 @@ def judged_turn(config: FeedbackConfig, program: str, scored: ScoredBatch, j: in
         total=rewards.totals[j],
         components=components,
         passed=config.passed(result, components),
-        feedback=None if last else turn_feedback(config, result, components, tests[j] if tests else ()),
+        feedback=None
+        if last
+        else turn_feedback(config, result, components, tests[j] if tests else (), program, question),
         tool_calls=[c.to_json() for c in result.tool_calls],
     )
 
@@ -112,7 +117,7 @@ class EpisodeLoop:
             going: list[tuple[int, Feedback]] = []
             last = k == self.config.max_turns - 1
             for j, i in enumerate(rows):
-                turns[i].append(judged_turn(self.config.feedback, current[j], scored, j, last))
+                turns[i].append(judged_turn(self.config.feedback, current[j], scored, j, last, examples[i].query))
                 if turns[i][-1].feedback is not None:
                     going.append((i, turns[i][-1].feedback))
             if not going:
