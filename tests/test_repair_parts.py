@@ -174,6 +174,13 @@ def test_a_long_trace_is_cut_to_the_feedback_budget():
     fb = turn_feedback(FeedbackConfig(max_calls=40), _result("runtime_error", error="E", calls=calls), {})
     assert len(fb.text) <= MAX_FEEDBACK_CHARS and fb.text.endswith("...")
     assert episode_tokens(2, 320) == 640 + FEEDBACK_TOKENS
+    # a part whose lines the cut removed is not named among the message's parts (the logs count them)
+    config = FeedbackConfig(max_calls=40, show=("error", "trace", "unasked"))
+    program = SIGNATURE + '\n    return ImagePatch(image).find("star")[0].simple_query("What color?")\n'
+    cut = turn_feedback(config, _result("runtime_error", error="E", calls=calls), {}, (), program, "Is it red?")
+    assert cut.parts == ("error", "trace") and "never says" not in cut.text
+    whole = turn_feedback(config, _result("runtime_error", error="E", calls=calls[:2]), {}, (), program, "Is it red?")
+    assert whole.parts == ("error", "trace", "unasked") and whole.text.endswith('never says "star".')
 
 
 def test_the_block_ends_with_the_prompts_last_block_the_query_and_the_signature():

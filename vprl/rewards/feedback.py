@@ -126,34 +126,39 @@ def turn_feedback(
     if not config.wants_feedback(result, components):
         return None
     lines: list[str] = []
-    parts: list[str] = []
+    starts: dict[str, int] = {}  # each shown part's first line, so a cut message names only what it kept
+
+    def add(part: str, more: list[str]) -> None:
+        starts[part] = len(lines)
+        lines.extend(more)
+
     if result.status != "ok" and "error" in config.show:
-        parts.append("error")
-        lines.append(failure_line(result))
+        add("error", [failure_line(result)])
     if "trace" in config.show:
         traced = trace_lines(result, config.max_calls)
         if traced:
-            parts.append("trace")
-            lines += traced
+            add("trace", traced)
     failed = [t for t in unit_tests if t.get("score") is None or float(t["score"]) < 1.0]
     if result.status == "ok" and failed and "unit_tests" in config.show and config.max_tests:
-        parts.append("unit_tests")
-        lines.append("It failed these visual unit tests:")
-        lines += [unit_test_line(t) for t in failed[: config.max_tests]]
+        add(
+            "unit_tests",
+            ["It failed these visual unit tests:"] + [unit_test_line(t) for t in failed[: config.max_tests]],
+        )
     if result.status == "ok" and "verdict" in config.show and config.check and config.check != "unit_tests":
-        parts.append("verdict")
-        lines.append(f"Its answer {_quoted(result.answer)} is wrong.")
+        add("verdict", [f"Its answer {_quoted(result.answer)} is wrong."])
     if "unasked" in config.show and question:
         off = unasked_lines(program, question)
         if off:
-            parts.append("unasked")
-            lines += off
+            add("unasked", off)
     if not lines:  # asked to show nothing that applies: still say that it did not pass
         lines.append("It did not pass its checks." if result.status == "ok" else f"It failed ({result.status}).")
     text = "\n".join(lines)
     if len(text) > MAX_FEEDBACK_CHARS:
-        text = text[: MAX_FEEDBACK_CHARS - 4].rsplit("\n", 1)[0] + "\n..."
-    return Feedback(tuple(parts), text)
+        text = text[: MAX_FEEDBACK_CHARS - 4].rsplit("\n", 1)[0]
+        kept = text.count("\n") + 1
+        starts = {part: at for part, at in starts.items() if at < kept}
+        text += "\n..."
+    return Feedback(tuple(starts), text)
 
 
 def failure_line(result: ExecutionResult) -> str:
